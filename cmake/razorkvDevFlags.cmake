@@ -1,0 +1,27 @@
+# Flags for razorkv's own targets (tests, benchmarks, examples), applied PRIVATE per target:
+# the INTERFACE target razorkv::razorkv never carries warnings, -march or sanitizers.
+
+# razorkv_dev_target(<target> [WARNINGS]): native arch and sanitizers as configured; with
+# WARNINGS also -Wall -Wextra -Wpedantic (and -Werror under RAZORKV_WARNINGS_AS_ERRORS).
+function(razorkv_dev_target target)
+  cmake_parse_arguments(ARG "WARNINGS" "" "" ${ARGN})
+  if(ARG_WARNINGS AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
+    if(RAZORKV_WARNINGS_AS_ERRORS)
+      target_compile_options(${target} PRIVATE -Werror)
+    endif()
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND RAZORKV_NATIVE_ARCH)
+      # GCC 12's avx512fintrin.h reads _mm512_undefined_ps() (a self-initialised value) and
+      # warns about it inside Eigen's and razorkv's AVX-512 code; the warning is GCC's, not ours.
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+    endif()
+  endif()
+  if(RAZORKV_NATIVE_ARCH)
+    target_compile_options(${target} PRIVATE -march=native)
+  endif()
+  if(RAZORKV_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-sanitize-recover=all
+                                             -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()

@@ -1,0 +1,425 @@
+// razorkv/attention/decode.hpp: exact decode attention over any KV cache: one (or a few causal)
+// new queries per query head, GQA, online softmax across spans and their log-weights.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/dispatch.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/detail/parallel.hpp"
+#include "razorkv/detail/simd.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// Options shared by the decode-attention entry points.
+struct attention_options {
+  /// Multiplies q.k before the softmax; empty means 1/sqrt(head_dim). Must be finite.
+  std::optional<double> scale;
+  /// Fan-out over kv heads; empty means OpenMP when the caller compiles with it, else serial.
+  parallel_for_fn parallel_for;
+};
+
+namespace detail {
+
+// Rows of K/V processed per online-softmax step: enough to amortise the rescale of the
+// accumulators and to feed the vectorised exp, few enough to keep the widened rows in L1.
+inline constexpr index_t kBlockRows = 16;
+
+// scores[q * kBlockRows + r] = queries[q] . keys[r] for q < kQ, r < kRows. One load of each
+// key vector feeds all kQ queries (the GQA group), which is what keeps decode memory-bound;
+// kQ * kRows independent accumulators keep the FMA pipes busy.
+template <class Acc, int kQ, int kRows, int kDim>
+inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const Acc* RAZORKV_RESTRICT keys,
+                     index_t key_stride, index_t runtime_dim, Acc* RAZORKV_RESTRICT scores) noexcept {
+  constexpr int kW = simd_lanes<Acc>;
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+  const index_t vector_end = (dim / kW) * kW;
+  simd_t<Acc> acc[kQ][kRows];
+  for (int q = 0; q < kQ; ++q) {
+    for (int r = 0; r < kRows; ++r) acc[q][r] = simd_zero<Acc>();
+  }
+  for (index_t c = 0; c < vector_end; c += kW) {
+    simd_t<Acc> key[kRows];
+    for (int r = 0; r < kRows; ++r) key[r] = simd_load(keys + r * key_stride + c);
+    for (int q = 0; q < kQ; ++q) {
+      const simd_t<Acc> query = simd_load(queries + q * dim + c);
+      for (int r = 0; r < kRows; ++r) acc[q][r] += query * key[r];
+    }
+  }
+  for (int q = 0; q < kQ; ++q) {
+    for (int r = 0; r < kRows; ++r) {
+      Acc sum = simd_sum<Acc>(acc[q][r]);
+      for (index_t c = vector_end; c < dim; ++c) sum += queries[q * dim + c] * keys[r * key_stride + c];
+      scores[q * kBlockRows + r] = sum;
+    }
+  }
+}
+
+// Rows handled together by dot_rows: enough to give about 8 independent FMA chains.
+template <int kQ>
+inline constexpr int kDotRows = kQ >= 8 ? 1 : (kQ >= 4 ? 2 : 4);
+
+// out[q] += sum_r weights[q * kBlockRows + r] * values[r] for r < rows, q < kQ. Each value
+// vector is loaded once for all kQ queries; two vector columns at a time keep 2 * kQ
+// accumulator chains in registers across the rows of the block.
+template <class Acc, int kQ, int kDim>
+inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const Acc* RAZORKV_RESTRICT values,
+                              index_t value_stride, index_t rows, index_t runtime_dim,
+                              Acc* RAZORKV_RESTRICT out) noexcept {
+  constexpr int kW = simd_lanes<Acc>;
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+  const index_t vector_end = (dim / kW) * kW;
+  index_t c = 0;
+  for (; c + 2 * kW <= vector_end; c += 2 * kW) {
+    simd_t<Acc> lo[kQ], hi[kQ];
+    for (int q = 0; q < kQ; ++q) {
+      lo[q] = simd_load(out + q * dim + c);
+      hi[q] = simd_load(out + q * dim + c + kW);
+    }
+    for (index_t r = 0; r < rows; ++r) {
+      const simd_t<Acc> v_lo = simd_load(values + r * value_stride + c);
+      const simd_t<Acc> v_hi = simd_load(values + r * value_stride + c + kW);
+      for (int q = 0; q < kQ; ++q) {
+        const simd_t<Acc> w = simd_broadcast(weights[q * kBlockRows + r]);
+        lo[q] += w * v_lo;
+        hi[q] += w * v_hi;
+      }
+    }
+    for (int q = 0; q < kQ; ++q) {
+      simd_store(out + q * dim + c, lo[q]);
+      simd_store(out + q * dim + c + kW, hi[q]);
+    }
+  }
+  for (; c < vector_end; c += kW) {
+    simd_t<Acc> acc[kQ];
+    for (int q = 0; q < kQ; ++q) acc[q] = simd_load(out + q * dim + c);
+    for (index_t r = 0; r < rows; ++r) {
+      const simd_t<Acc> v = simd_load(values + r * value_stride + c);
+      for (int q = 0; q < kQ; ++q) acc[q] += simd_broadcast(weights[q * kBlockRows + r]) * v;
+    }
+    for (int q = 0; q < kQ; ++q) simd_store(out + q * dim + c, acc[q]);
+  }
+  for (; c < dim; ++c) {
+    for (int q = 0; q < kQ; ++q) {
+      Acc sum = out[q * dim + c];
+      for (index_t r = 0; r < rows; ++r) sum += weights[q * kBlockRows + r] * values[r * value_stride + c];
+      out[q * dim + c] = sum;
+    }
+  }
+}
+
+// Rows [first, first + rows) of `view` as accumulation-type rows: in place for float and
+// double, widened into `scratch` ([kBlockRows, dim]) for 16-bit types. Returns the row pointer
+// and sets `stride`.
+template <class T>
+inline const accum_t<T>* block_rows(const matrix_view<const T>& view, index_t first, index_t rows,
+                                    accum_t<T>* scratch, index_t& stride) noexcept {
+  if constexpr (std::is_same_v<T, accum_t<T>>) {
+    (void)rows;
+    (void)scratch;
+    stride = view.row_stride();
+    return view.data() + first * view.row_stride();
+  } else {
+    const index_t dim = view.cols();
+    for (index_t r = 0; r < rows; ++r) widen_row(view.row(first + r), scratch + r * dim, dim);
+    stride = dim;
+    return scratch;
+  }
+}
+
+// How many blocks ahead the kernel asks for K/V rows. The hardware prefetcher follows each
+// stream, but not far enough ahead to hide DRAM latency behind the compute of a GQA group.
+inline constexpr index_t kPrefetchBlocks = 2;
+
+// Prefetches the kBlockRows rows of `view` starting at `first` (those that exist).
+template <class T>
+inline void prefetch_rows(const matrix_view<const T>& view, index_t first) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  const index_t last = std::min(first + kBlockRows, view.rows());
+  const index_t row_bytes = view.cols() * static_cast<index_t>(sizeof(T));
+  for (index_t r = first; r < last; ++r) {
+    const char* row = reinterpret_cast<const char*>(view.data() + r * view.row_stride());
+    for (index_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+  }
+#else
+  (void)view;
+  (void)first;
+#endif
+}
+
+/// The decode kernel for kQ query vectors that read the same kv head. queries are already
+/// multiplied by the softmax scale. Query q reads the first visible[q] entries of the head
+/// (the concatenation of its spans). Writes the normalised attention output to out.
+///
+/// \param spans   [num_spans] the head's spans, validated by the caller
+/// \param queries [kQ, dim] scaled queries
+/// \param visible [kQ] entries each query may read, each in [1, total entries]
+/// \param out     [kQ, dim] result
+/// \param scratch [2 * kBlockRows * dim] widened K and V rows (unused for float and double)
+template <class T, int kQ, int kDim>
+void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim,
+                 const accum_t<T>* RAZORKV_RESTRICT queries, const index_t* visible,
+                 accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch) {
+  using Acc = accum_t<T>;
+  using score_block = Eigen::Array<Acc, kBlockRows, 1>;
+  constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+
+  Acc running_max[kQ];
+  Acc denominator[kQ];
+  index_t max_visible = 0;
+  for (int q = 0; q < kQ; ++q) {
+    running_max[q] = kNegInf;
+    denominator[q] = Acc(0);
+    max_visible = std::max(max_visible, visible[q]);
+  }
+  std::fill(out, out + kQ * dim, Acc(0));
+
+  alignas(64) Acc weights[kQ * kBlockRows];
+  Acc* key_scratch = scratch;
+  Acc* value_scratch = scratch + kBlockRows * dim;
+  index_t span_first_entry = 0;
+
+  for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
+    const kv_span<T>& span = spans[s];
+    const Acc log_weight = static_cast<Acc>(span.log_weight);
+    const index_t length = span.length();
+    for (index_t first = 0; first < length && span_first_entry + first < max_visible;
+         first += kBlockRows) {
+      const index_t rows = std::min(kBlockRows, length - first);
+      const index_t block_entry = span_first_entry + first;
+      prefetch_rows(span.keys, first + kPrefetchBlocks * kBlockRows);
+      prefetch_rows(span.values, first + kPrefetchBlocks * kBlockRows);
+
+      index_t key_stride = 0;
+      const Acc* keys = block_rows(span.keys, first, rows, key_scratch, key_stride);
+      constexpr int kRows = kDotRows<kQ>;
+      index_t r = 0;
+      for (; r + kRows <= rows; r += kRows) {
+        dot_rows<Acc, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + r);
+      }
+      for (; r < rows; ++r) {
+        dot_rows<Acc, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + r);
+      }
+
+      bool any_weight = false;
+      for (int q = 0; q < kQ; ++q) {
+        Acc* w = weights + q * kBlockRows;
+        // Entries this query may read in this block; the rest (padding past `rows`, and
+        // entries newer than the query under the causal mask) get weight exactly 0.
+        const index_t readable = std::clamp<index_t>(visible[q] - block_entry, 0, rows);
+        Eigen::Map<score_block, Eigen::Aligned16> block(w);
+        Acc block_max = kNegInf;
+        if (readable == kBlockRows) {
+          block += log_weight;
+          block_max = block.maxCoeff();
+        } else if (readable == 0) {
+          block.setZero();
+          continue;
+        } else {
+          for (index_t r = 0; r < readable; ++r) {
+            w[r] += log_weight;
+            block_max = std::max(block_max, w[r]);
+          }
+          // Unread slots get a finite placeholder so that exp() never sees an unset value;
+          // their weight is zeroed right after.
+          std::fill(w + readable, w + kBlockRows, block_max);
+        }
+        if (block_max > running_max[q]) {
+          // exp(-inf) == 0 clears the (still empty) accumulators on the first block.
+          const Acc rescale = std::exp(running_max[q] - block_max);
+          if (rescale != Acc(1)) {
+            denominator[q] *= rescale;
+            for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= rescale;
+          }
+          running_max[q] = block_max;
+        }
+        block = (block - running_max[q]).exp();
+        for (index_t r = readable; r < kBlockRows; ++r) w[r] = Acc(0);
+        denominator[q] += block.sum();
+        any_weight = true;
+      }
+      if (!any_weight) continue;
+
+      index_t value_stride = 0;
+      const Acc* values = block_rows(span.values, first, rows, value_scratch, value_stride);
+      accumulate_values<Acc, kQ, kDim>(weights, values, value_stride, rows, dim, out);
+    }
+    span_first_entry += length;
+  }
+
+  for (int q = 0; q < kQ; ++q) {
+    RAZORKV_DASSERT(denominator[q] > Acc(0) || std::isnan(denominator[q]));
+    const Acc inverse = Acc(1) / denominator[q];
+    for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= inverse;
+  }
+}
+
+// Number of query vectors a single kernel pass handles; larger groups take several passes.
+inline constexpr index_t kMaxQueriesPerPass = 8;
+
+// Largest power of two <= min(n, kMaxQueriesPerPass).
+inline index_t pass_width(index_t n) noexcept {
+  index_t width = kMaxQueriesPerPass;
+  while (width > n) width /= 2;
+  return width;
+}
+
+}  // namespace detail
+
+/// Decode attention with a few new queries per query head, causal among themselves: the
+/// cache already holds the keys and values of the `queries.tokens()` new tokens as the newest
+/// entries of every kv head, and new token t attends to every entry except the
+/// (tokens - 1 - t) entries after its own. tokens == 1 is ordinary decode.
+///
+/// GQA: query head h reads kv head h / (num_query_heads / num_kv_heads). Logits are
+/// scale * q.k + the span's log-weight; the softmax is computed online in accum_t<T>.
+///
+/// \param queries [tokens, num_query_heads, head_dim], any strides (TQ: any storage dtype)
+/// \param out     [tokens, num_query_heads, head_dim], any strides (TO: any storage dtype).
+///                It may alias queries: every query is read before the first write.
+template <class Cache, class TQ, class TO>
+void decode_attention_multi(const Cache& cache, index_t layer, layer_view<const TQ> queries,
+                            layer_view<TO> out, const attention_options& options = {}) {
+  static_assert(is_kv_cache_v<Cache>, "razorkv::decode_attention: Cache does not satisfy the "
+                                      "KV-cache contract (see razorkv/cache/kv_cache.hpp)");
+  static_assert(is_storage_dtype_v<std::remove_const_t<TQ>> && is_storage_dtype_v<TO>,
+                "razorkv::decode_attention: unsupported query or output dtype");
+  using T = typename Cache::value_type;
+  using Acc = accum_t<T>;
+  constexpr const char* kWhere = "decode_attention";
+
+  check_layer(cache, layer, kWhere);
+  const index_t num_kv_heads = cache.num_kv_heads();
+  const index_t head_dim = cache.head_dim();
+  const index_t num_query_heads = queries.heads();
+  const index_t tokens = queries.tokens();
+  RAZORKV_CHECK(tokens > 0, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
+                ") must be > 0");
+  RAZORKV_CHECK(queries.head_dim() == head_dim, kShapeMismatch, kWhere, ": queries.head_dim() (",
+                queries.head_dim(), ") != cache.head_dim() (", head_dim, ")");
+  RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, kWhere,
+                ": num_query_heads (", num_query_heads, ") is not a multiple of num_kv_heads (",
+                num_kv_heads, ")");
+  RAZORKV_CHECK(out.tokens() == tokens && out.heads() == num_query_heads &&
+                    out.head_dim() == head_dim,
+                kShapeMismatch, kWhere, ": out is [", out.tokens(), ", ", out.heads(), ", ",
+                out.head_dim(), "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim,
+                "]");
+  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, kWhere, ": scale (", scale,
+                ") must be finite");
+
+  // Gather and validate every head's spans before any work, so that a malformed cache is an
+  // error and the kernels run without checks.
+  std::vector<kv_span<T>> spans;
+  std::vector<index_t> first_span(static_cast<std::size_t>(num_kv_heads) + 1, 0);
+  std::vector<index_t> entries(static_cast<std::size_t>(num_kv_heads), 0);
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    const index_t count = cache.num_spans(layer, h);
+    for (index_t i = 0; i < count; ++i) {
+      kv_span<T> span = cache.span(layer, h, i);
+      RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim &&
+                        span.values.cols() == head_dim,
+                    kShapeMismatch, kWhere, ": span ", i, " of layer ", layer, " kv head ", h,
+                    " has keys [", span.keys.rows(), ", ", span.keys.cols(), "] and values [",
+                    span.values.rows(), ", ", span.values.cols(), "], head_dim is ", head_dim);
+      RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, kWhere, ": span ", i,
+                    " of layer ", layer, " kv head ", h, " has log_weight (", span.log_weight,
+                    "), must be finite");
+      entries[static_cast<std::size_t>(h)] += span.length();
+      if (span.length() > 0) spans.push_back(span);
+    }
+    first_span[static_cast<std::size_t>(h) + 1] = static_cast<index_t>(spans.size());
+    RAZORKV_CHECK(entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, kWhere,
+                  ": layer ", layer, " kv head ", h, " holds ", entries[static_cast<std::size_t>(h)],
+                  " entries, fewer than the ", tokens, " new token(s) being decoded");
+  }
+
+  // Query vectors of kv head h in pass order: j = t * group + g for token t, group member g.
+  const index_t group = num_query_heads / num_kv_heads;
+  const index_t per_head = detail::checked_mul(tokens, group, "decode_attention: queries per kv head");
+  std::vector<Acc> scaled(static_cast<std::size_t>(
+      detail::checked_mul(detail::checked_mul(per_head, num_kv_heads, kWhere), head_dim, kWhere)));
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    for (index_t j = 0; j < per_head; ++j) {
+      const TQ* src = queries.token(j / group).row(h * group + j % group);
+      Acc* dst = scaled.data() + (h * per_head + j) * head_dim;
+      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
+    }
+  }
+
+  // Tasks: (kv head, run of query vectors of width 8, 4, 2 or 1).
+  struct pass {
+    index_t kv_head, first, width;
+  };
+  std::vector<pass> passes;
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    for (index_t j = 0; j < per_head;) {
+      const index_t width = detail::pass_width(per_head - j);
+      passes.push_back({h, j, width});
+      j += width;
+    }
+  }
+
+  const bool needs_scratch = !std::is_same_v<T, Acc>;
+  detail::run_parallel(options.parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
+    const pass& task = passes[static_cast<std::size_t>(p)];
+    const std::size_t h = static_cast<std::size_t>(task.kv_head);
+    index_t visible[detail::kMaxQueriesPerPass];
+    for (index_t q = 0; q < task.width; ++q) {
+      visible[q] = entries[h] - tokens + 1 + (task.first + q) / group;
+    }
+    std::vector<Acc> result(static_cast<std::size_t>(task.width * head_dim));
+    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * detail::kBlockRows * head_dim) : 0);
+    const kv_span<T>* head_spans = spans.data() + first_span[h];
+    const index_t num_head_spans = first_span[h + 1] - first_span[h];
+    const Acc* head_queries = scaled.data() + (task.kv_head * per_head + task.first) * head_dim;
+    detail::dispatch_head_dim(head_dim, [&](auto dim_constant) {
+      detail::dispatch_pow2_upto8(task.width, [&](auto width_constant) {
+        detail::attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
+            head_spans, num_head_spans, head_dim, head_queries, visible, result.data(),
+            scratch.data());
+      });
+    });
+    for (index_t q = 0; q < task.width; ++q) {
+      const index_t j = task.first + q;
+      TO* dst = out.token(j / group).row(task.kv_head * group + j % group);
+      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[static_cast<std::size_t>(q * head_dim + c)]);
+    }
+  });
+}
+
+/// Decode attention for one new query per query head (see decode_attention_multi).
+///
+/// \param queries [num_query_heads, head_dim], any row stride
+/// \param out     [num_query_heads, head_dim], any row stride; may alias queries
+template <class Cache, class TQ, class TO>
+void decode_attention(const Cache& cache, index_t layer, matrix_view<const TQ> queries,
+                      matrix_view<TO> out, const attention_options& options = {}) {
+  RAZORKV_CHECK(queries.rows() > 0, kInvalidArgument, "decode_attention: num_query_heads (",
+                queries.rows(), ") must be > 0");
+  RAZORKV_CHECK(out.rows() == queries.rows() && out.cols() == queries.cols(), kShapeMismatch,
+                "decode_attention: out is [", out.rows(), ", ", out.cols(), "], queries are [",
+                queries.rows(), ", ", queries.cols(), "]");
+  decode_attention_multi(cache, layer,
+                         layer_view<const TQ>(queries.data(), 1, queries.rows(), queries.cols(),
+                                              queries.cols(), queries.row_stride()),
+                         layer_view<TO>(out.data(), 1, out.rows(), out.cols(), out.cols(),
+                                        out.row_stride()),
+                         options);
+}
+
+RAZORKV_END_NAMESPACE

@@ -1,0 +1,105 @@
+// razorkv/attention/reference.hpp: the plain scalar decode attention in double, the oracle that
+// every optimised attention kernel is tested against. Slow on purpose: no blocking, no tricks.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+namespace reference {
+namespace detail {
+// Exact widening of any storage dtype to double (16-bit types go through float, exactly).
+template <class T>
+double to_double(T x) noexcept {
+  if constexpr (std::is_same_v<T, double>) {
+    return x;
+  } else {
+    return static_cast<double>(static_cast<float>(x));
+  }
+}
+}  // namespace detail
+
+/// Same contract as razorkv::decode_attention_multi, computed entry by entry in double with a
+/// two-pass softmax. Returns [tokens, num_query_heads, head_dim], row-major.
+template <class Cache, class TQ>
+std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
+                                           layer_view<const TQ> queries,
+                                           std::optional<double> scale = std::nullopt) {
+  check_layer(cache, layer, "reference::decode_attention");
+  const index_t num_kv_heads = cache.num_kv_heads();
+  const index_t dim = cache.head_dim();
+  const index_t num_query_heads = queries.heads();
+  const index_t tokens = queries.tokens();
+  RAZORKV_CHECK(queries.head_dim() == dim && num_query_heads % num_kv_heads == 0, kShapeMismatch,
+                "reference::decode_attention: queries [", tokens, ", ", num_query_heads, ", ",
+                queries.head_dim(), "] do not fit kv heads ", num_kv_heads, " x dim ", dim);
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  const index_t group = num_query_heads / num_kv_heads;
+
+  std::vector<double> out(static_cast<std::size_t>(tokens * num_query_heads * dim), 0.0);
+  for (index_t h = 0; h < num_query_heads; ++h) {
+    const index_t kv_head = h / group;
+    // The head's entries as (key row, value row, log-weight), oldest first.
+    struct entry {
+      const typename Cache::value_type* key;
+      const typename Cache::value_type* value;
+      double log_weight;
+    };
+    std::vector<entry> entries;
+    for (index_t i = 0; i < cache.num_spans(layer, kv_head); ++i) {
+      const auto span = cache.span(layer, kv_head, i);
+      for (index_t r = 0; r < span.length(); ++r) {
+        entries.push_back({span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
+      }
+    }
+    const index_t total = static_cast<index_t>(entries.size());
+    RAZORKV_CHECK(total >= tokens, kInvalidArgument, "reference::decode_attention: kv head ",
+                  kv_head, " holds ", total, " entries, fewer than ", tokens, " new tokens");
+    for (index_t t = 0; t < tokens; ++t) {
+      const TQ* q = queries.token(t).row(h);
+      const index_t visible = total - tokens + 1 + t;
+      std::vector<double> logits(static_cast<std::size_t>(visible));
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (index_t e = 0; e < visible; ++e) {
+        double dot = 0.0;
+        for (index_t c = 0; c < dim; ++c) {
+          dot += detail::to_double(q[c]) * detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
+        }
+        logits[static_cast<std::size_t>(e)] = s * dot + entries[static_cast<std::size_t>(e)].log_weight;
+        max_logit = std::max(max_logit, logits[static_cast<std::size_t>(e)]);
+      }
+      double denominator = 0.0;
+      double* o = out.data() + (t * num_query_heads + h) * dim;
+      for (index_t e = 0; e < visible; ++e) {
+        const double w = std::exp(logits[static_cast<std::size_t>(e)] - max_logit);
+        denominator += w;
+        const auto* v = entries[static_cast<std::size_t>(e)].value;
+        for (index_t c = 0; c < dim; ++c) o[c] += w * detail::to_double(v[c]);
+      }
+      for (index_t c = 0; c < dim; ++c) o[c] /= denominator;
+    }
+  }
+  return out;
+}
+
+/// One new query per query head: returns [num_query_heads, head_dim], row-major.
+template <class Cache, class TQ>
+std::vector<double> decode_attention(const Cache& cache, index_t layer, matrix_view<const TQ> queries,
+                                     std::optional<double> scale = std::nullopt) {
+  return decode_attention_multi(cache, layer,
+                                layer_view<const TQ>(queries.data(), 1, queries.rows(), queries.cols(),
+                                                     queries.cols(), queries.row_stride()),
+                                scale);
+}
+
+}  // namespace reference
+RAZORKV_END_NAMESPACE

@@ -1,0 +1,48 @@
+// razorkv/config.hpp: the library's version, its configuration macros and its namespace macros.
+// Every RAZORKV_* macro can be defined by the consumer before the first include to override it.
+#pragma once
+
+#define RAZORKV_VERSION_MAJOR 0
+#define RAZORKV_VERSION_MINOR 1
+#define RAZORKV_VERSION_PATCH 0
+#define RAZORKV_VERSION \
+  (RAZORKV_VERSION_MAJOR * 10000 + RAZORKV_VERSION_MINOR * 100 + RAZORKV_VERSION_PATCH)
+
+// The public API lives in an inline namespace tagged with the major version, so that two
+// translation units built against incompatible razorkv versions fail to link instead of
+// silently mixing layouts.
+#define RAZORKV_BEGIN_NAMESPACE \
+  namespace razorkv {           \
+  inline namespace v0 {
+#define RAZORKV_END_NAMESPACE \
+  }                           \
+  }
+
+// Exceptions are used unless the compiler was told not to; then errors print and abort.
+#ifndef RAZORKV_NO_EXCEPTIONS
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
+#define RAZORKV_NO_EXCEPTIONS 0
+#else
+#define RAZORKV_NO_EXCEPTIONS 1
+#endif
+#endif
+
+// RAZORKV_DASSERT guards hot-loop invariants. It is on in debug builds and in sanitizer
+// builds, off under NDEBUG; define RAZORKV_ENABLE_DASSERT to 0 or 1 to force it.
+#ifndef RAZORKV_ENABLE_DASSERT
+#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
+#define RAZORKV_ENABLE_DASSERT 1
+#else
+#define RAZORKV_ENABLE_DASSERT 0
+#endif
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RAZORKV_RESTRICT __restrict__
+#define RAZORKV_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RAZORKV_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define RAZORKV_RESTRICT
+#define RAZORKV_LIKELY(x) (x)
+#define RAZORKV_UNLIKELY(x) (x)
+#endif

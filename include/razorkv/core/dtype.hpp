@@ -1,0 +1,48 @@
+// razorkv/core/dtype.hpp: the storage types razorkv reads (float, double, Eigen::half,
+// Eigen::bfloat16) and the type each one accumulates in (float, or double for double).
+#pragma once
+
+#include <Eigen/Core>
+#include <type_traits>
+
+#include "razorkv/config.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// True for the storage dtypes razorkv supports.
+template <class T>
+inline constexpr bool is_storage_dtype_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::half> ||
+    std::is_same_v<T, Eigen::bfloat16>;
+
+/// The accumulation type for a storage type: float for the 32- and 16-bit types, double for
+/// double (so that a double cache is a faithful high-precision path, not a widened float one).
+template <class T>
+using accum_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
+
+/// Human-readable dtype name, for messages and benchmark labels.
+template <class T>
+constexpr const char* dtype_name() noexcept {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) {
+    return "float";
+  } else if constexpr (std::is_same_v<U, double>) {
+    return "double";
+  } else if constexpr (std::is_same_v<U, Eigen::half>) {
+    return "half";
+  } else if constexpr (std::is_same_v<U, Eigen::bfloat16>) {
+    return "bfloat16";
+  } else {
+    static_assert(is_storage_dtype_v<U>, "razorkv: unsupported storage dtype");
+    return "";
+  }
+}
+
+/// Scalar conversion of one stored element to its accumulation type. Hot loops do not use
+/// this; they widen whole rows with detail::widen_row (vector instructions).
+template <class To, class From>
+inline To to_accum(From x) noexcept {
+  return static_cast<To>(x);
+}
+
+RAZORKV_END_NAMESPACE

@@ -1,0 +1,16 @@
+// razorkv/razorkv.hpp: the umbrella header. Include this, or the narrower module headers.
+// razorkv shrinks the KV cache of long-context inference with RazorAttention (see README.md).
+#pragma once
+
+#include "razorkv/config.hpp"
+#include "razorkv/error.hpp"
+
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/eigen.hpp"
+#include "razorkv/core/tensor_view.hpp"
+
+#include "razorkv/cache/dense_cache.hpp"
+#include "razorkv/cache/kv_cache.hpp"
+
+#include "razorkv/attention/decode.hpp"
+#include "razorkv/attention/reference.hpp"

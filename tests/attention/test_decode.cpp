@@ -1,0 +1,297 @@
+// Tests of decode attention against the double-precision reference: awkward sizes, head dims,
+// GQA groups, random span splits with padded rows, log-weighted spans, huge logits, causal
+// multi-query decode, aliasing, and the caller's parallel-for hook.
+#include <gtest/gtest.h>
+
+#include <razorkv/attention/decode.hpp>
+#include <razorkv/attention/reference.hpp>
+#include <razorkv/cache/dense_cache.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+namespace {
+
+using razorkv::index_t;
+using razorkv::layer_view;
+using razorkv::matrix_view;
+using razorkv_test::span_list_cache;
+
+// Per-head keys and values of a synthetic layer: [kv_heads][tokens * dim], contiguous rows.
+template <class T>
+struct head_data {
+  std::vector<std::vector<T>> keys, values;
+};
+
+template <class T>
+head_data<T> random_heads(index_t kv_heads, index_t tokens, index_t dim, std::mt19937_64& rng,
+                          double key_stddev = 1.0) {
+  head_data<T> data;
+  for (index_t h = 0; h < kv_heads; ++h) {
+    data.keys.push_back(razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng, key_stddev));
+    data.values.push_back(razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng));
+  }
+  return data;
+}
+
+// The same tokens as a span_list_cache split at random points, with random row padding.
+template <class T>
+span_list_cache<T> split_at_random(const head_data<T>& data, index_t tokens, index_t dim,
+                                   std::mt19937_64& rng) {
+  const index_t kv_heads = static_cast<index_t>(data.keys.size());
+  span_list_cache<T> cache(kv_heads, dim);
+  for (index_t h = 0; h < kv_heads; ++h) {
+    index_t first = 0;
+    while (first < tokens) {
+      const index_t remaining = tokens - first;
+      // Mostly short spans (pages), sometimes everything that is left.
+      const index_t length = (rng() % 4 == 0) ? remaining
+                                              : 1 + static_cast<index_t>(rng() % static_cast<std::uint64_t>(std::min<index_t>(remaining, 40)));
+      const index_t padding = static_cast<index_t>(rng() % 3) * 3;
+      cache.add_span(h, data.keys[static_cast<std::size_t>(h)].data() + first * dim,
+                     data.values[static_cast<std::size_t>(h)].data() + first * dim, length, 0.0f, padding);
+      if (rng() % 5 == 0) cache.add_span(h, nullptr, nullptr, 0);  // empty spans are legal
+      first += length;
+    }
+  }
+  return cache;
+}
+
+template <class T>
+double tolerance(double magnitude) {
+  return 64.0 * razorkv_test::accum_epsilon<T>() * std::fmax(1.0, magnitude) * 10.0;
+}
+
+// Decode into the accumulation type of the cache (double for double caches).
+template <class Cache, class TQ>
+auto run_decode(const Cache& cache, const std::vector<TQ>& queries, index_t query_heads,
+                const razorkv::attention_options& options = {}) {
+  using TO = razorkv::accum_t<typename Cache::value_type>;
+  const index_t dim = cache.head_dim();
+  std::vector<TO> out(static_cast<std::size_t>(query_heads * dim), std::numeric_limits<TO>::quiet_NaN());
+  razorkv::decode_attention(cache, 0, matrix_view<const TQ>(queries.data(), query_heads, dim),
+                            matrix_view<TO>(out.data(), query_heads, dim), options);
+  return out;
+}
+
+template <class T>
+class RazorkvDecode : public ::testing::Test {};
+TYPED_TEST_SUITE(RazorkvDecode, razorkv_test::storage_dtypes);
+
+TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
+  using T = TypeParam;
+  using Acc = razorkv::accum_t<T>;
+  std::mt19937_64 rng(20261202);
+  std::vector<index_t> token_counts = {1, 2, 3, 7, 17, 64, 1000, 4099};
+  std::vector<index_t> dims = {64, 80, 128, 33};
+  std::vector<index_t> groups = {1, 4, 8};
+  if (RAZORKV_TEST_LEVEL == 0) token_counts = {1, 17, 1000};
+  const index_t kv_heads = 2;
+  for (index_t tokens : token_counts) {
+    for (index_t dim : dims) {
+      for (index_t group : groups) {
+        SCOPED_TRACE(::testing::Message() << razorkv::dtype_name<T>() << " tokens " << tokens
+                                          << " dim " << dim << " group " << group);
+        const auto data = random_heads<T>(kv_heads, tokens, dim, rng);
+        const auto cache = split_at_random(data, tokens, dim, rng);
+        const index_t query_heads = kv_heads * group;
+        // Queries in the accumulation type of T, and once in T itself.
+        const auto queries = razorkv_test::random_values<Acc>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
+        const auto expected = razorkv::reference::decode_attention(
+            cache, 0, matrix_view<const Acc>(queries.data(), query_heads, dim));
+        const auto got = run_decode(cache, queries, query_heads);
+        EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+
+        if (tokens == 17) {
+          std::vector<T> narrow(queries.size());
+          for (std::size_t i = 0; i < queries.size(); ++i) narrow[i] = static_cast<T>(queries[i]);
+          const auto expected_narrow = razorkv::reference::decode_attention(
+              cache, 0, matrix_view<const T>(narrow.data(), query_heads, dim));
+          EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
+                    tolerance<T>(razorkv_test::max_abs(expected_narrow)));
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(RazorkvDecode, LogWeightedTokenEqualsThatManyCopies) {
+  using T = TypeParam;
+  std::mt19937_64 rng(7);
+  const index_t dim = 80, before = 37, after = 21, group = 4;
+  for (index_t copies : {2, 5, 1000}) {
+    SCOPED_TRACE(::testing::Message() << "copies " << copies);
+    const auto prefix = random_heads<T>(1, before, dim, rng);
+    const auto suffix = random_heads<T>(1, after, dim, rng);
+    const auto token = random_heads<T>(1, 1, dim, rng);
+    // weighted: prefix | token with log-weight ln(copies) | suffix
+    span_list_cache<T> weighted(1, dim);
+    weighted.add_span(0, prefix.keys[0].data(), prefix.values[0].data(), before);
+    weighted.add_span(0, token.keys[0].data(), token.values[0].data(), 1,
+                      static_cast<float>(std::log(static_cast<double>(copies))));
+    weighted.add_span(0, suffix.keys[0].data(), suffix.values[0].data(), after);
+    // repeated: prefix | token x copies | suffix
+    std::vector<T> k(static_cast<std::size_t>(copies * dim)), v(k.size());
+    for (index_t c = 0; c < copies; ++c) {
+      std::copy(token.keys[0].begin(), token.keys[0].end(), k.begin() + c * dim);
+      std::copy(token.values[0].begin(), token.values[0].end(), v.begin() + c * dim);
+    }
+    span_list_cache<T> repeated(1, dim);
+    repeated.add_span(0, prefix.keys[0].data(), prefix.values[0].data(), before);
+    repeated.add_span(0, k.data(), v.data(), copies);
+    repeated.add_span(0, suffix.keys[0].data(), suffix.values[0].data(), after);
+
+    // Queries aligned with the token make it dominate, so the weight matters.
+    std::vector<float> queries(static_cast<std::size_t>(group * dim));
+    for (index_t g = 0; g < group; ++g)
+      for (index_t c = 0; c < dim; ++c)
+        queries[static_cast<std::size_t>(g * dim + c)] = 0.3f * static_cast<float>(g) * static_cast<float>(token.keys[0][static_cast<std::size_t>(c)]);
+    const auto got_weighted = run_decode(weighted, queries, group);
+    const auto got_repeated = run_decode(repeated, queries, group);
+    const auto expected = razorkv::reference::decode_attention(
+        repeated, 0, matrix_view<const float>(queries.data(), group, dim));
+    // ln(n) is rounded to float in the span; that is a relative weight error of ~n * 6e-8.
+    const double tol = tolerance<T>(razorkv_test::max_abs(expected)) + 1e-7 * static_cast<double>(copies);
+    EXPECT_LE(razorkv_test::max_abs_diff(got_weighted, expected), tol);
+    EXPECT_LE(razorkv_test::max_abs_diff(got_repeated, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+  }
+}
+
+TYPED_TEST(RazorkvDecode, HugeLogitsStayFiniteAndExact) {
+  using T = TypeParam;
+  std::mt19937_64 rng(99);
+  const index_t dim = 64, tokens = 300, group = 2;
+  // Keys and queries of size ~100 give logits of order 1e4 at scale 1/8.
+  const auto data = random_heads<T>(1, tokens, dim, rng, 100.0);
+  auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(group * dim), rng, 100.0);
+  for (int variant = 0; variant < 4; ++variant) {
+    auto cache = split_at_random(data, tokens, dim, rng);
+    if (variant >= 2) {
+      cache.add_span(0, data.keys[0].data(), data.values[0].data(), 3, -1.0e4f);  // all but excluded
+      cache.add_span(0, data.keys[0].data() + 3 * dim, data.values[0].data() + 3 * dim, 2, 1.0e4f);  // dominant
+    }
+    for (auto& q : queries) q = -q;
+    const auto expected = razorkv::reference::decode_attention(cache, 0, matrix_view<const float>(queries.data(), group, dim));
+    const auto got = run_decode(cache, queries, group);
+    // Logits near 1e4 carry absolute rounding ~1e4 * 6e-8 in float, so compare loosely.
+    EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
+              (std::is_same_v<T, double> ? 1e-9 : 5e-3) * std::fmax(1.0, razorkv_test::max_abs(expected)));
+  }
+}
+
+TYPED_TEST(RazorkvDecode, MultiQueryIsCausalAmongNewTokens) {
+  using T = TypeParam;
+  std::mt19937_64 rng(3);
+  const index_t kv_heads = 2, group = 3, dim = 96, query_heads = kv_heads * group;
+  for (index_t prompt : {0, 1, 50, 700}) {
+    for (index_t fresh : {1, 2, 3, 5}) {
+      SCOPED_TRACE(::testing::Message() << "prompt " << prompt << " new " << fresh);
+      const index_t total = prompt + fresh;
+      const auto data = random_heads<T>(kv_heads, total, dim, rng);
+      const auto cache = split_at_random(data, total, dim, rng);
+      const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(fresh * query_heads * dim), rng);
+      const auto view = layer_view<const float>::nhd(queries.data(), fresh, query_heads, dim);
+      using TO = razorkv::accum_t<T>;
+      std::vector<TO> out(queries.size(), std::numeric_limits<TO>::quiet_NaN());
+      razorkv::decode_attention_multi(cache, 0, view, layer_view<TO>::nhd(out.data(), fresh, query_heads, dim));
+      const auto expected = razorkv::reference::decode_attention_multi(cache, 0, view);
+      EXPECT_LE(razorkv_test::max_abs_diff(out, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+
+      // Token t of the new ones sees exactly the cache truncated after itself.
+      for (index_t t = 0; t < fresh; ++t) {
+        head_data<T> prefix;
+        for (index_t h = 0; h < kv_heads; ++h) {
+          const auto& k = data.keys[static_cast<std::size_t>(h)];
+          const auto& v = data.values[static_cast<std::size_t>(h)];
+          prefix.keys.emplace_back(k.begin(), k.begin() + (prompt + t + 1) * dim);
+          prefix.values.emplace_back(v.begin(), v.begin() + (prompt + t + 1) * dim);
+        }
+        const auto truncated = split_at_random(prefix, prompt + t + 1, dim, rng);
+        std::vector<float> q_t(queries.begin() + t * query_heads * dim, queries.begin() + (t + 1) * query_heads * dim);
+        const auto single = run_decode(truncated, q_t, query_heads);
+        std::vector<TO> out_t(out.begin() + t * query_heads * dim, out.begin() + (t + 1) * query_heads * dim);
+        EXPECT_LE(razorkv_test::max_abs_diff(out_t, single), tolerance<T>(1.0));
+      }
+    }
+  }
+}
+
+TEST(RazorkvDecode, StridedQueriesAndOutputInPlace) {
+  std::mt19937_64 rng(11);
+  const index_t kv_heads = 4, group = 2, dim = 128, tokens = 333, query_heads = kv_heads * group;
+  razorkv::dense_kv_cache<Eigen::bfloat16> cache(3, kv_heads, dim);
+  for (index_t layer = 0; layer < 3; ++layer) {
+    const auto k = razorkv_test::random_values<Eigen::bfloat16>(static_cast<std::size_t>(tokens * kv_heads * dim), rng);
+    const auto v = razorkv_test::random_values<Eigen::bfloat16>(k.size(), rng);
+    cache.append(layer, layer_view<const Eigen::bfloat16>::nhd(k.data(), tokens, kv_heads, dim),
+                 layer_view<const Eigen::bfloat16>::nhd(v.data(), tokens, kv_heads, dim));
+  }
+  const index_t stride = dim + 16;
+  auto buffer = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * stride), rng);
+  const auto expected = razorkv::reference::decode_attention(cache, 2, matrix_view<const float>(buffer.data(), query_heads, dim, stride));
+  const std::vector<float> padding_before(buffer.begin(), buffer.end());
+  // Output written over the queries it reads.
+  razorkv::decode_attention(cache, 2, matrix_view<const float>(buffer.data(), query_heads, dim, stride),
+                            matrix_view<float>(buffer.data(), query_heads, dim, stride));
+  std::vector<float> got;
+  for (index_t h = 0; h < query_heads; ++h) {
+    got.insert(got.end(), buffer.begin() + h * stride, buffer.begin() + h * stride + dim);
+    for (index_t c = dim; c < stride && h + 1 < query_heads; ++c) {
+      ASSERT_EQ(buffer[static_cast<std::size_t>(h * stride + c)], padding_before[static_cast<std::size_t>(h * stride + c)])
+          << "wrote into row padding";
+    }
+  }
+  EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<float>(razorkv_test::max_abs(expected)));
+
+  // Half-precision output.
+  std::vector<Eigen::half> half_out(static_cast<std::size_t>(query_heads * dim));
+  razorkv::decode_attention(cache, 2, matrix_view<const float>(padding_before.data(), query_heads, dim, stride),
+                            matrix_view<Eigen::half>(half_out.data(), query_heads, dim));
+  EXPECT_LE(razorkv_test::max_abs_diff(half_out, expected), 2e-3 * std::fmax(1.0, razorkv_test::max_abs(expected)));
+}
+
+TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
+  std::mt19937_64 rng(5);
+  const index_t kv_heads = 8, group = 4, dim = 64, tokens = 500, query_heads = kv_heads * group;
+  const auto data = random_heads<float>(kv_heads, tokens, dim, rng);
+  const auto cache = split_at_random(data, tokens, dim, rng);
+  const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
+  const auto serial = run_decode(cache, queries, query_heads);
+
+  std::atomic<int> calls{0};
+  razorkv::attention_options options;
+  options.parallel_for = [&](index_t count, const std::function<void(index_t)>& body) {
+    // Two threads of the caller's, taking tasks from both ends.
+    std::vector<std::atomic<int>> seen(static_cast<std::size_t>(count));
+    std::thread low([&] { for (index_t i = 0; i < count; i += 2) { body(i); ++seen[static_cast<std::size_t>(i)]; } });
+    std::thread high([&] { for (index_t i = 1; i < count; i += 2) { body(i); ++seen[static_cast<std::size_t>(i)]; } });
+    low.join();
+    high.join();
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+    ++calls;
+  };
+  const auto threaded = run_decode(cache, queries, query_heads, options);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(razorkv_test::max_abs_diff(serial, threaded), 0.0) << "the result must not depend on scheduling";
+}
+
+TEST(RazorkvDecode, ExplicitScaleIsUsed) {
+  std::mt19937_64 rng(8);
+  const index_t dim = 64, tokens = 40;
+  const auto data = random_heads<float>(1, tokens, dim, rng);
+  const auto cache = split_at_random(data, tokens, dim, rng);
+  const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(dim), rng);
+  for (double scale : {0.0, 0.5, -0.25}) {
+    razorkv::attention_options options;
+    options.scale = scale;
+    const auto expected = razorkv::reference::decode_attention(cache, 0, matrix_view<const float>(queries.data(), 1, dim), scale);
+    EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, queries, 1, options), expected), tolerance<float>(1.0));
+  }
+}
+
+}  // namespace

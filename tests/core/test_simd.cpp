@@ -1,0 +1,87 @@
+// Tests of the vectorised widening of half and bfloat16 rows against Eigen's scalar
+// conversion (every bit pattern, every length and misalignment), and of simd_sum.
+#include <gtest/gtest.h>
+
+#include <razorkv/detail/simd.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+template <class T>
+T from_bits(std::uint16_t bits) {
+  T value;
+  std::memcpy(static_cast<void*>(&value), &bits, sizeof(value));
+  return value;
+}
+
+template <class T>
+void check_all_bit_patterns() {
+  std::vector<T> source(65536);
+  for (std::uint32_t b = 0; b < 65536; ++b) source[b] = from_bits<T>(static_cast<std::uint16_t>(b));
+  std::vector<float> widened(source.size());
+  razorkv::detail::widen_row(source.data(), widened.data(), static_cast<std::ptrdiff_t>(source.size()));
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const float expected = static_cast<float>(source[b]);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(widened[b])) << "bits " << b;
+    } else {
+      std::uint32_t got, want;
+      std::memcpy(&got, &widened[b], 4);
+      std::memcpy(&want, &expected, 4);
+      ASSERT_EQ(got, want) << "bits 0x" << std::hex << b;  // bit-exact, including -0
+    }
+  }
+}
+
+TEST(RazorkvSimd, HalfWideningIsExactForEveryBitPattern) { check_all_bit_patterns<Eigen::half>(); }
+TEST(RazorkvSimd, BfloatWideningIsExactForEveryBitPattern) { check_all_bit_patterns<Eigen::bfloat16>(); }
+
+TEST(RazorkvSimd, PortableHalfConversionMatchesEigen) {
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const float expected = static_cast<float>(from_bits<Eigen::half>(static_cast<std::uint16_t>(b)));
+    const float got = razorkv::detail::half_bits_to_float(static_cast<std::uint16_t>(b));
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(got));
+    } else {
+      ASSERT_EQ(std::memcmp(&got, &expected, 4), 0) << "bits " << b;
+    }
+  }
+}
+
+TEST(RazorkvSimd, WideningHandlesEveryLengthAndMisalignment) {
+  std::vector<Eigen::bfloat16> b16(80);
+  std::vector<Eigen::half> h16(80);
+  for (int i = 0; i < 80; ++i) {
+    b16[static_cast<std::size_t>(i)] = Eigen::bfloat16(0.25f * static_cast<float>(i) - 7.0f);
+    h16[static_cast<std::size_t>(i)] = Eigen::half(0.5f * static_cast<float>(i) - 11.0f);
+  }
+  for (int offset = 0; offset < 5; ++offset) {
+    for (int n = 0; n <= 70; ++n) {
+      std::vector<float> out(static_cast<std::size_t>(n) + 1, -99.0f);  // sentinel after the end
+      razorkv::detail::widen_row(b16.data() + offset, out.data(), n);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(i)], static_cast<float>(b16[static_cast<std::size_t>(offset + i)]));
+      ASSERT_EQ(out[static_cast<std::size_t>(n)], -99.0f) << "wrote past the end, n = " << n;
+      razorkv::detail::widen_row(h16.data() + offset, out.data(), n);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(i)], static_cast<float>(h16[static_cast<std::size_t>(offset + i)]));
+      ASSERT_EQ(out[static_cast<std::size_t>(n)], -99.0f);
+    }
+  }
+}
+
+TEST(RazorkvSimd, SumAddsEveryLane) {
+  constexpr int lanes = razorkv::detail::simd_lanes<float>;
+  float values[lanes];
+  for (int i = 0; i < lanes; ++i) values[i] = static_cast<float>(1 << i);
+  EXPECT_EQ(razorkv::detail::simd_sum<float>(razorkv::detail::simd_load(values)),
+            static_cast<float>((1 << lanes) - 1));
+  constexpr int dlanes = razorkv::detail::simd_lanes<double>;
+  double dvalues[dlanes];
+  for (int i = 0; i < dlanes; ++i) dvalues[i] = 0.5 * i;
+  EXPECT_EQ(razorkv::detail::simd_sum<double>(razorkv::detail::simd_load(dvalues)), 0.25 * dlanes * (dlanes - 1));
+}
+
+}  // namespace
