@@ -29,8 +29,16 @@
 
 // RAZORKV_DASSERT guards hot-loop invariants. It is on in debug builds and in sanitizer
 // builds, off under NDEBUG; define RAZORKV_ENABLE_DASSERT to 0 or 1 to force it.
+#if defined(__SANITIZE_ADDRESS__)
+#define RAZORKV_DETAIL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RAZORKV_DETAIL_ASAN 1
+#endif
+#endif
+
 #ifndef RAZORKV_ENABLE_DASSERT
-#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
+#if !defined(NDEBUG) || defined(RAZORKV_DETAIL_ASAN)
 #define RAZORKV_ENABLE_DASSERT 1
 #else
 #define RAZORKV_ENABLE_DASSERT 0
