@@ -189,7 +189,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
 
   alignas(64) Acc weights[kQ * kBlockRows];
   Acc* key_scratch = scratch;
-  Acc* value_scratch = scratch + kBlockRows * dim;
+  Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kBlockRows * dim;
   index_t span_first_entry = 0;
 
   for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
