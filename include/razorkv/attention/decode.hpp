@@ -154,6 +154,29 @@ inline const accum_t<T>* block_rows(const matrix_view<const T>& view, index_t fi
   }
 }
 
+// Software prefetch distance, in bytes of one stream (K or V). The hardware prefetchers alone
+// leave the kernel latency-bound: measured on Zen 5 with 2 threads, float, 64K tokens, decode
+// went from 24-28 GB/s without to 34-37 GB/s with 8-16 KB of look-ahead.
+inline constexpr index_t kPrefetchBytes = 16 * 1024;
+
+// Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
+template <class T>
+inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index_t count) noexcept {
+  const index_t last = std::min(first + count, view.rows());
+  const index_t row_bytes = view.cols() * static_cast<index_t>(sizeof(T));
+  for (index_t r = first; r < last; ++r) {
+    const char* row = reinterpret_cast<const char*>(view.data() + r * view.row_stride());
+    for (index_t b = 0; b < row_bytes; b += 64) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+      // GCC 12 deletes __builtin_prefetch in this loop (seen in its assembly); asm stays.
+      asm volatile("prefetcht0 %0" : : "m"(*(row + b)));
+#elif defined(__GNUC__) || defined(__clang__)
+      __builtin_prefetch(row + b, 0, 3);
+#endif
+    }
+  }
+}
+
 /// The decode kernel for kQ query vectors that read the same kv head. queries are already
 /// multiplied by the softmax scale. Query q reads the first visible[q] entries of the head
 /// (the concatenation of its spans). Writes the normalised attention output to out.
@@ -186,6 +209,8 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   Acc* key_scratch = scratch;
   Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
   index_t span_first_entry = 0;
+  const index_t prefetch_ahead =
+      std::max<index_t>(1, kPrefetchBytes / (dim * static_cast<index_t>(sizeof(T))));
 
   for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
     const kv_span<T>& span = spans[s];
@@ -204,6 +229,8 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         constexpr int kRows = kDotRows<kQ>;
         index_t r = 0;
         for (; r + kRows <= sub_rows; r += kRows) {
+          prefetch_rows(span.keys, first + sub + r + prefetch_ahead, kRows);
+          prefetch_rows(span.values, first + sub + r + prefetch_ahead, kRows);
           dot_rows<Acc, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + sub + r);
         }
         for (; r < sub_rows; ++r) {
@@ -291,12 +318,12 @@ inline index_t pass_width(index_t n) noexcept {
 /// \param out     [tokens, num_query_heads, head_dim], any strides (TO: any storage dtype).
 ///                It may alias queries: every query is read before the first write.
 template <class Cache, class TQ, class TO>
-void decode_attention_multi(const Cache& cache, index_t layer, layer_view<const TQ> queries,
+void decode_attention_multi(const Cache& cache, index_t layer, layer_view<TQ> queries,
                             layer_view<TO> out, const attention_options& options = {}) {
   static_assert(is_kv_cache_v<Cache>, "razorkv::decode_attention: Cache does not satisfy the "
                                       "KV-cache contract (see razorkv/cache/kv_cache.hpp)");
   static_assert(is_storage_dtype_v<std::remove_const_t<TQ>> && is_storage_dtype_v<TO>,
-                "razorkv::decode_attention: unsupported query or output dtype");
+                "razorkv::decode_attention: unsupported query dtype, or const output");
   using T = typename Cache::value_type;
   using Acc = accum_t<T>;
   constexpr const char* kWhere = "decode_attention";
@@ -355,7 +382,7 @@ void decode_attention_multi(const Cache& cache, index_t layer, layer_view<const 
       detail::checked_mul(detail::checked_mul(per_head, num_kv_heads, kWhere), head_dim, kWhere)));
   for (index_t h = 0; h < num_kv_heads; ++h) {
     for (index_t j = 0; j < per_head; ++j) {
-      const TQ* src = queries.token(j / group).row(h * group + j % group);
+      const TQ* src = queries.token(j / group).row(h * group + j % group);  // TQ may be const
       Acc* dst = scaled.data() + (h * per_head + j) * head_dim;
       for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
     }
@@ -407,7 +434,7 @@ void decode_attention_multi(const Cache& cache, index_t layer, layer_view<const 
 /// \param queries [num_query_heads, head_dim], any row stride
 /// \param out     [num_query_heads, head_dim], any row stride; may alias queries
 template <class Cache, class TQ, class TO>
-void decode_attention(const Cache& cache, index_t layer, matrix_view<const TQ> queries,
+void decode_attention(const Cache& cache, index_t layer, matrix_view<TQ> queries,
                       matrix_view<TO> out, const attention_options& options = {}) {
   RAZORKV_CHECK(queries.rows() > 0, kInvalidArgument, "decode_attention: num_query_heads (",
                 queries.rows(), ") must be > 0");
@@ -415,8 +442,8 @@ void decode_attention(const Cache& cache, index_t layer, matrix_view<const TQ> q
                 "decode_attention: out is [", out.rows(), ", ", out.cols(), "], queries are [",
                 queries.rows(), ", ", queries.cols(), "]");
   decode_attention_multi(cache, layer,
-                         layer_view<const TQ>(queries.data(), 1, queries.rows(), queries.cols(),
-                                              queries.cols(), queries.row_stride()),
+                         layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(),
+                                        queries.cols(), queries.row_stride()),
                          layer_view<TO>(out.data(), 1, out.rows(), out.cols(), out.cols(),
                                         out.row_stride()),
                          options);

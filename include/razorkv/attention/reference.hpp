@@ -32,7 +32,7 @@ double to_double(T x) noexcept {
 /// two-pass softmax. Returns [tokens, num_query_heads, head_dim], row-major.
 template <class Cache, class TQ>
 std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
-                                           layer_view<const TQ> queries,
+                                           layer_view<TQ> queries,
                                            std::optional<double> scale = std::nullopt) {
   check_layer(cache, layer, "reference::decode_attention");
   const index_t num_kv_heads = cache.num_kv_heads();
@@ -93,11 +93,11 @@ std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
 
 /// One new query per query head: returns [num_query_heads, head_dim], row-major.
 template <class Cache, class TQ>
-std::vector<double> decode_attention(const Cache& cache, index_t layer, matrix_view<const TQ> queries,
+std::vector<double> decode_attention(const Cache& cache, index_t layer, matrix_view<TQ> queries,
                                      std::optional<double> scale = std::nullopt) {
   return decode_attention_multi(cache, layer,
-                                layer_view<const TQ>(queries.data(), 1, queries.rows(), queries.cols(),
-                                                     queries.cols(), queries.row_stride()),
+                                layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(),
+                                               queries.cols(), queries.row_stride()),
                                 scale);
 }
 
