@@ -17,24 +17,22 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// IEEE binary16 -> binary32, branch-free so that the compiler can vectorize the loop that
-// calls it when no F16C instruction is available. Handles zeros, subnormals, inf and NaN.
+// IEEE binary16 -> binary32 without branches (selects only), so that the compiler can
+// vectorise the loop that calls it when no F16C instruction is available. Exact for zeros,
+// subnormals, normals, inf and NaN.
 inline float half_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t mag = static_cast<std::uint32_t>(h & 0x7fffu);
-  // Normal numbers: re-bias the exponent by (127 - 15) = 112.
-  std::uint32_t bits = (mag << 13) + (112u << 23);
-  // Inf/NaN: exponent all ones maps to all ones.
-  if (mag >= 0x7c00u) bits = (mag << 13) | 0x7f800000u;
+  // Normal numbers: shift into place and re-bias the exponent by 127 - 15 = 112.
+  const std::uint32_t normal = (mag << 13) + (112u << 23);
+  // Inf and NaN: an all-ones exponent stays all ones; the payload moves with the mantissa.
+  const std::uint32_t inf_nan = (mag << 13) | 0x7f800000u;
+  // Zero and subnormals: the value is mag * 2^-24, exact in float.
+  const float tiny = static_cast<float>(mag) * 5.9604644775390625e-8f;
+  std::uint32_t subnormal;
+  std::memcpy(&subnormal, &tiny, sizeof(subnormal));
+  const std::uint32_t bits = sign | (mag >= 0x7c00u ? inf_nan : (mag < 0x0400u ? subnormal : normal));
   float result;
-  if (mag < 0x0400u) {
-    // Zero and subnormals: value = mag * 2^-24, exact in float.
-    result = static_cast<float>(mag) * 5.9604644775390625e-8f;
-    std::uint32_t sub;
-    std::memcpy(&sub, &result, sizeof(sub));
-    bits = sub;
-  }
-  bits |= sign;
   std::memcpy(&result, &bits, sizeof(result));
   return result;
 }
