@@ -14,3 +14,7 @@
 
 #include "razorkv/attention/decode.hpp"
 #include "razorkv/attention/reference.hpp"
+
+#include "razorkv/scoring/dense_scorer.hpp"
+#include "razorkv/scoring/head_scores.hpp"
+#include "razorkv/scoring/probe.hpp"

@@ -1,0 +1,130 @@
+// razorkv/scoring/probe.hpp: the calibration probe of SPEC.md section 2: P random token ids
+// repeated R times (optionally after one BOS id), drawn deterministically on every platform.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "razorkv/config.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// How to build a probe. Ids are drawn from [min_id, max_id) with std::mt19937_64 seeded with
+/// `seed` and razorkv's own uniform mapping, so the same config gives the same ids everywhere
+/// (std::uniform_int_distribution differs between standard libraries).
+struct probe_config {
+  index_t num_random_tokens = 2500;    ///< P: distinct positions in one copy
+  index_t repeats = 4;                 ///< R: copies of the random block (>= 2)
+  std::int64_t min_id = 0;             ///< smallest id drawn
+  std::int64_t max_id = 0;             ///< one past the largest id drawn (the vocabulary size)
+  std::optional<std::int64_t> bos_id;  ///< prepended once when set
+  std::uint64_t seed = 0;
+  /// false (default): the P ids of a copy are distinct, so every score mask is exact.
+  /// true: ids are drawn with replacement, as the reference implementation does; the scorers
+  /// then count every earlier occurrence of the same id.
+  bool allow_duplicates = false;
+};
+
+/// The probe token sequence and the positions the scorers read. Positions exclude the BOS:
+/// position 0 is the first random token, and sequence index = position + (has_bos ? 1 : 0).
+class probe {
+ public:
+  /// Checks the config and draws the ids; throws razorkv::error naming a bad field.
+  explicit probe(const probe_config& config);
+
+  /// The whole sequence to prefill: [bos,] copy 1, ..., copy R. Length length().
+  const std::vector<std::int64_t>& tokens() const noexcept { return tokens_; }
+  index_t num_random_tokens() const noexcept { return num_random_; }
+  index_t repeats() const noexcept { return repeats_; }
+  bool has_bos() const noexcept { return has_bos_; }
+  /// Sequence length L = P * R (+ 1 with BOS).
+  index_t length() const noexcept { return static_cast<index_t>(tokens_.size()); }
+  /// Id at position p (BOS excluded), p in [0, P * R).
+  std::int64_t id_at(index_t position) const noexcept {
+    return tokens_[static_cast<std::size_t>(position + (has_bos_ ? 1 : 0))];
+  }
+  /// Positions in the first copy that hold the same id as slot s (s in [0, P)), s included.
+  /// Exactly {s} unless duplicates were allowed.
+  const std::vector<index_t>& same_id_slots(index_t slot) const noexcept {
+    return same_id_slots_[static_cast<std::size_t>(slot)];
+  }
+
+ private:
+  std::vector<std::int64_t> tokens_;
+  std::vector<std::vector<index_t>> same_id_slots_;  // [P][occurrences]
+  index_t num_random_ = 0;
+  index_t repeats_ = 0;
+  bool has_bos_ = false;
+};
+
+namespace detail {
+
+/// Uniform integer in [0, n) from a 64-bit generator, by rejection of the low remainder:
+/// the same result on every platform for the same generator state.
+template <class Rng>
+std::uint64_t uniform_below(Rng& rng, std::uint64_t n) noexcept {
+  RAZORKV_DASSERT(n > 0);
+  const std::uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+  std::uint64_t x;
+  do {
+    x = rng();
+  } while (x < threshold);
+  return x % n;
+}
+
+}  // namespace detail
+
+inline probe::probe(const probe_config& config) {
+  RAZORKV_CHECK(config.num_random_tokens > 0, kInvalidArgument, "probe: num_random_tokens (",
+                config.num_random_tokens, ") must be > 0");
+  RAZORKV_CHECK(config.repeats >= 2, kInvalidArgument, "probe: repeats (", config.repeats,
+                ") must be >= 2 (scores read copies 2..R)");
+  RAZORKV_CHECK(config.max_id > config.min_id, kInvalidArgument, "probe: id range [",
+                config.min_id, ", ", config.max_id, ") is empty");
+  // The range size, computed without signed overflow.
+  const std::uint64_t range = static_cast<std::uint64_t>(config.max_id) - static_cast<std::uint64_t>(config.min_id);
+  RAZORKV_CHECK(config.allow_duplicates || range >= static_cast<std::uint64_t>(config.num_random_tokens),
+                kInvalidArgument, "probe: id range [", config.min_id, ", ", config.max_id,
+                ") holds ", range, " ids, fewer than num_random_tokens (", config.num_random_tokens,
+                ") distinct ids");
+  const index_t length = detail::checked_add(
+      detail::checked_mul(config.num_random_tokens, config.repeats, "probe: length"),
+      config.bos_id ? 1 : 0, "probe: length");
+
+  num_random_ = config.num_random_tokens;
+  repeats_ = config.repeats;
+  has_bos_ = config.bos_id.has_value();
+
+  std::mt19937_64 rng(config.seed);
+  std::vector<std::int64_t> block(static_cast<std::size_t>(num_random_));
+  std::unordered_set<std::int64_t> used;
+  for (auto& id : block) {
+    do {
+      id = static_cast<std::int64_t>(static_cast<std::uint64_t>(config.min_id) + detail::uniform_below(rng, range));
+    } while (!config.allow_duplicates && !used.insert(id).second);
+  }
+
+  tokens_.reserve(static_cast<std::size_t>(length));
+  if (has_bos_) tokens_.push_back(*config.bos_id);
+  for (index_t r = 0; r < repeats_; ++r) tokens_.insert(tokens_.end(), block.begin(), block.end());
+
+  same_id_slots_.resize(block.size());
+  if (!config.allow_duplicates) {
+    for (index_t s = 0; s < num_random_; ++s) same_id_slots_[static_cast<std::size_t>(s)] = {s};
+  } else {
+    std::unordered_map<std::int64_t, std::vector<index_t>> slots_of;
+    for (index_t s = 0; s < num_random_; ++s) slots_of[block[static_cast<std::size_t>(s)]].push_back(s);
+    for (index_t s = 0; s < num_random_; ++s) {
+      same_id_slots_[static_cast<std::size_t>(s)] = slots_of[block[static_cast<std::size_t>(s)]];
+    }
+  }
+}
+
+RAZORKV_END_NAMESPACE
