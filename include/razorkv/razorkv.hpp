@@ -18,3 +18,4 @@
 #include "razorkv/scoring/dense_scorer.hpp"
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"
+#include "razorkv/scoring/streaming_scorer.hpp"
