@@ -160,4 +160,3 @@ BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(decode_shapes);
 
-BENCHMARK_MAIN();

@@ -19,3 +19,5 @@
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"
 #include "razorkv/scoring/streaming_scorer.hpp"
+
+#include "razorkv/synthetic/planted_heads.hpp"
