@@ -26,8 +26,8 @@ std::vector<double> reference_probabilities(razorkv::layer_view<const TQ> q, raz
       for (index_t j = 0; j <= i; ++j) {
         double dot = 0.0;
         for (index_t c = 0; c < dim; ++c) {
-          dot += static_cast<double>(static_cast<float>(q.token(i).row(h)[c])) *
-                 static_cast<double>(static_cast<float>(k.token(j).row(h / group)[c]));
+          dot += razorkv::detail::to_double(q.token(i).row(h)[c]) *
+                 razorkv::detail::to_double(k.token(j).row(h / group)[c]);
         }
         double s = scale * dot;
         if (!slopes.empty()) s -= slopes[static_cast<std::size_t>(h)] * static_cast<double>(i - j);

@@ -45,14 +45,7 @@ std::vector<T> random_values(std::size_t n, std::mt19937_64& rng, double stddev 
   return out;
 }
 
-template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, double>) {
-    return x;
-  } else {
-    return static_cast<double>(static_cast<float>(x));
-  }
-}
+using razorkv::detail::to_double;
 
 /// Max |a - b| over both arrays, after checking that every value is finite.
 template <class A, class B>

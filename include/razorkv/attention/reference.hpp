@@ -11,22 +11,12 @@
 
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace reference {
-namespace detail {
-// Exact widening of any storage dtype to double (16-bit types go through float, exactly).
-template <class T>
-double to_double(T x) noexcept {
-  if constexpr (std::is_same_v<T, double>) {
-    return x;
-  } else {
-    return static_cast<double>(static_cast<float>(x));
-  }
-}
-}  // namespace detail
 
 /// Same contract as razorkv::decode_attention_multi, computed entry by entry in double with a
 /// two-pass softmax. Returns [tokens, num_query_heads, head_dim], row-major.
@@ -72,7 +62,7 @@ std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
       for (index_t e = 0; e < visible; ++e) {
         double dot = 0.0;
         for (index_t c = 0; c < dim; ++c) {
-          dot += detail::to_double(q[c]) * detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
+          dot += razorkv::detail::to_double(q[c]) * razorkv::detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
         }
         logits[static_cast<std::size_t>(e)] = s * dot + entries[static_cast<std::size_t>(e)].log_weight;
         max_logit = std::max(max_logit, logits[static_cast<std::size_t>(e)]);
@@ -83,7 +73,7 @@ std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
         const double w = std::exp(logits[static_cast<std::size_t>(e)] - max_logit);
         denominator += w;
         const auto* v = entries[static_cast<std::size_t>(e)].value;
-        for (index_t c = 0; c < dim; ++c) o[c] += w * detail::to_double(v[c]);
+        for (index_t c = 0; c < dim; ++c) o[c] += w * razorkv::detail::to_double(v[c]);
       }
       for (index_t c = 0; c < dim; ++c) o[c] /= denominator;
     }

@@ -38,11 +38,17 @@ constexpr const char* dtype_name() noexcept {
   }
 }
 
-/// Scalar conversion of one stored element to its accumulation type. Hot loops do not use
-/// this; they widen whole rows with detail::widen_row (vector instructions).
-template <class To, class From>
-inline To to_accum(From x) noexcept {
-  return static_cast<To>(x);
+namespace detail {
+/// Exact widening of one stored element to double (16-bit types go through float, exactly).
+/// For references, validation and scoring sums; hot loops widen rows with widen_row.
+template <class T>
+inline double to_double(T x) noexcept {
+  if constexpr (std::is_same_v<T, double>) {
+    return x;
+  } else {
+    return static_cast<double>(static_cast<float>(x));
+  }
 }
+}  // namespace detail
 
 RAZORKV_END_NAMESPACE

@@ -125,16 +125,6 @@ template <class Acc>
 inline constexpr int simd_lanes = kVectorBytes / static_cast<int>(sizeof(Acc));
 
 template <class Acc>
-inline simd_t<Acc> simd_load(const Acc* p) noexcept {
-  simd_t<Acc> v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <class Acc>
-inline void simd_store(Acc* p, simd_t<Acc> v) noexcept {
-  std::memcpy(p, &v, sizeof(v));
-}
-template <class Acc>
 inline simd_t<Acc> simd_broadcast(Acc x) noexcept {
   // x - 0 is x for every x, including -0 and NaN, so this folds to a single broadcast.
   return x - simd_t<Acc>{};
@@ -164,6 +154,15 @@ using simd_t = simd_fallback<Acc>;
 template <class Acc>
 inline constexpr int simd_lanes = 4;
 template <class Acc>
+inline simd_t<Acc> simd_broadcast(Acc x) noexcept {
+  simd_t<Acc> v;
+  for (int i = 0; i < 4; ++i) v.lane[i] = x;
+  return v;
+}
+#endif
+
+/// Unaligned load and store of one vector.
+template <class Acc>
 inline simd_t<Acc> simd_load(const Acc* p) noexcept {
   simd_t<Acc> v;
   std::memcpy(&v, p, sizeof(v));
@@ -173,13 +172,6 @@ template <class Acc>
 inline void simd_store(Acc* p, simd_t<Acc> v) noexcept {
   std::memcpy(p, &v, sizeof(v));
 }
-template <class Acc>
-inline simd_t<Acc> simd_broadcast(Acc x) noexcept {
-  simd_t<Acc> v;
-  for (int i = 0; i < 4; ++i) v.lane[i] = x;
-  return v;
-}
-#endif
 
 template <class Acc>
 inline simd_t<Acc> simd_zero() noexcept {

@@ -52,13 +52,7 @@ layer_scores score_from_probabilities(const probe& the_probe, const T* probabili
   const index_t square = detail::checked_mul(length, length, "score_from_probabilities: L * L");
   detail::checked_mul(square, num_query_heads, "score_from_probabilities: heads * L * L");
 
-  const auto value = [](T x) {
-    if constexpr (std::is_same_v<T, double>) {
-      return x;
-    } else {
-      return static_cast<double>(static_cast<float>(x));
-    }
-  };
+  const auto value = [](T x) { return detail::to_double(x); };
   // Every entry finite, every row a distribution: checked before any score is computed.
   for (index_t h = 0; h < num_query_heads; ++h) {
     for (index_t i = 0; i < length; ++i) {
