@@ -20,4 +20,7 @@
 #include "razorkv/scoring/probe.hpp"
 #include "razorkv/scoring/streaming_scorer.hpp"
 
+#include "razorkv/select/head_plan.hpp"
+#include "razorkv/select/head_selector.hpp"
+
 #include "razorkv/synthetic/planted_heads.hpp"
