@@ -5,7 +5,7 @@
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev \
+razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev \
   libbenchmark-dev
 
 build="$razorkv_root/build"

@@ -21,6 +21,7 @@ enum class errc {
   kShapeMismatch = 2,    ///< two extents that must agree do not
   kOutOfRange = 3,       ///< an index (layer, head, span) is past its extent
   kOverflow = 4,         ///< a size computation would overflow
+  kParseError = 5,       ///< a file or document is malformed (razorkv/io readers)
 };
 
 /// The name used in messages: "invalid_argument", "shape_mismatch", ...
@@ -34,6 +35,8 @@ constexpr const char* errc_name(errc code) noexcept {
       return "out_of_range";
     case errc::kOverflow:
       return "overflow";
+    case errc::kParseError:
+      return "parse_error";
   }
   return "unknown";
 }

@@ -28,6 +28,7 @@ TEST(RazorkvCore, EveryCodeHasAName) {
   EXPECT_STREQ(razorkv::errc_name(razorkv::errc::kShapeMismatch), "shape_mismatch");
   EXPECT_STREQ(razorkv::errc_name(razorkv::errc::kOutOfRange), "out_of_range");
   EXPECT_STREQ(razorkv::errc_name(razorkv::errc::kOverflow), "overflow");
+  EXPECT_STREQ(razorkv::errc_name(razorkv::errc::kParseError), "parse_error");
 }
 
 TEST(RazorkvCore, ErrorIsAStdException) {
