@@ -22,5 +22,6 @@
 
 #include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/head_selector.hpp"
+#include "razorkv/select/kv_budget.hpp"
 
 #include "razorkv/synthetic/planted_heads.hpp"
