@@ -7,6 +7,6 @@ razorkv_require_packages cmake make g++ libeigen3-dev
 build="$razorkv_root/build"
 mkdir -p "$build"
 razorkv_build "$build/demo" razorkv_demo -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=g++ \
-  -DRAZORKV_BUILD_TESTS=OFF -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=ON \
+  -DRAZORKV_BUILD_TESTS=OFF -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=OFF \
   -DRAZORKV_NATIVE_ARCH=ON
 "$build/demo/examples/razorkv_demo" "$@"

@@ -5,7 +5,7 @@
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev \
+razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
   libbenchmark-dev
 
 build="$razorkv_root/build"
@@ -20,7 +20,7 @@ razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COM
 echo "== razorkv: Clang, C++20, -march=native, ASan + UBSan"
 razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 \
-  -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF \
+  -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF -DRAZORKV_BUILD_TOOLS=OFF \
   -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON
 (cd "$build/asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (sanitizer build)"

@@ -65,6 +65,19 @@ TEST(RazorkvProbe, DuplicateModeRecordsEveryOccurrence) {
   }
 }
 
+TEST(RazorkvProbe, RebuiltFromItsTokens) {
+  auto c = config(12, 3, 3, 5);
+  c.allow_duplicates = true;
+  c.bos_id = 2;
+  const razorkv::probe original(c);
+  const razorkv::probe rebuilt(original.tokens(), 12, 3, true);
+  for (index_t s = 0; s < 12; ++s) EXPECT_EQ(rebuilt.same_id_slots(s), original.same_id_slots(s));
+  std::vector<std::int64_t> broken = original.tokens();
+  broken[1 + 12 + 5] += 1;
+  RAZORKV_EXPECT_ERROR(razorkv::probe(broken, 12, 3, true), kInvalidArgument, "position 17 holds id");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(original.tokens(), 12, 3, false), kShapeMismatch, "37 tokens given, expected 12 x 3 = 36");
+}
+
 TEST(RazorkvProbe, BadConfigsAreNamedErrors) {
   RAZORKV_EXPECT_ERROR(razorkv::probe(config(0, 4, 100)), kInvalidArgument, "num_random_tokens (0)");
   RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 1, 100)), kInvalidArgument, "repeats (1) must be >= 2");

@@ -7,6 +7,7 @@
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "razorkv/config.hpp"
@@ -38,6 +39,9 @@ class probe {
  public:
   /// Checks the config and draws the ids; throws razorkv::error naming a bad field.
   explicit probe(const probe_config& config);
+  /// A probe the engine already has (e.g. read back from probe.npy): `tokens` must be
+  /// [bos,] then R identical copies of P ids; throws naming the first position that differs.
+  probe(std::vector<std::int64_t> tokens, index_t num_random_tokens, index_t repeats, bool has_bos);
 
   /// The whole sequence to prefill: [bos,] copy 1, ..., copy R. Length length().
   const std::vector<std::int64_t>& tokens() const noexcept { return tokens_; }
@@ -57,6 +61,8 @@ class probe {
   }
 
  private:
+  void index_slots();
+
   std::vector<std::int64_t> tokens_;
   std::vector<std::vector<index_t>> same_id_slots_;  // [P][occurrences]
   index_t num_random_ = 0;
@@ -115,16 +121,30 @@ inline probe::probe(const probe_config& config) {
   if (has_bos_) tokens_.push_back(*config.bos_id);
   for (index_t r = 0; r < repeats_; ++r) tokens_.insert(tokens_.end(), block.begin(), block.end());
 
-  same_id_slots_.resize(block.size());
-  if (!config.allow_duplicates) {
-    for (index_t s = 0; s < num_random_; ++s) same_id_slots_[static_cast<std::size_t>(s)] = {s};
-  } else {
-    std::unordered_map<std::int64_t, std::vector<index_t>> slots_of;
-    for (index_t s = 0; s < num_random_; ++s) slots_of[block[static_cast<std::size_t>(s)]].push_back(s);
-    for (index_t s = 0; s < num_random_; ++s) {
-      same_id_slots_[static_cast<std::size_t>(s)] = slots_of[block[static_cast<std::size_t>(s)]];
-    }
+  index_slots();
+}
+
+inline probe::probe(std::vector<std::int64_t> tokens, index_t num_random_tokens, index_t repeats, bool has_bos)
+    : tokens_(std::move(tokens)), num_random_(num_random_tokens), repeats_(repeats), has_bos_(has_bos) {
+  RAZORKV_CHECK(num_random_tokens > 0, kInvalidArgument, "probe: num_random_tokens (", num_random_tokens, ") must be > 0");
+  RAZORKV_CHECK(repeats >= 2, kInvalidArgument, "probe: repeats (", repeats, ") must be >= 2 (scores read copies 2..R)");
+  const index_t expected = detail::checked_add(detail::checked_mul(num_random_tokens, repeats, "probe: length"),
+                                               has_bos ? 1 : 0, "probe: length");
+  RAZORKV_CHECK(static_cast<index_t>(tokens_.size()) == expected, kShapeMismatch, "probe: ", tokens_.size(),
+                " tokens given, expected ", num_random_tokens, " x ", repeats, has_bos ? " + 1 BOS" : "", " = ", expected);
+  for (index_t p = num_random_tokens; p < num_random_tokens * repeats; ++p) {
+    RAZORKV_CHECK(id_at(p) == id_at(p % num_random_tokens), kInvalidArgument, "probe: position ", p, " holds id ",
+                  id_at(p), ", but the copy of position ", p % num_random_tokens, " holds ", id_at(p % num_random_tokens));
   }
+  index_slots();
+}
+
+// same_id_slots_[s]: every slot of the first copy with the id of slot s (duplicates counted).
+inline void probe::index_slots() {
+  std::unordered_map<std::int64_t, std::vector<index_t>> slots_of;
+  for (index_t s = 0; s < num_random_; ++s) slots_of[id_at(s)].push_back(s);
+  same_id_slots_.resize(static_cast<std::size_t>(num_random_));
+  for (index_t s = 0; s < num_random_; ++s) same_id_slots_[static_cast<std::size_t>(s)] = slots_of[id_at(s)];
 }
 
 RAZORKV_END_NAMESPACE
