@@ -20,6 +20,7 @@
 #include "razorkv/scoring/probe.hpp"
 #include "razorkv/scoring/streaming_scorer.hpp"
 
+#include "razorkv/select/alibi.hpp"
 #include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/head_selector.hpp"
 #include "razorkv/select/kv_budget.hpp"
