@@ -22,6 +22,7 @@
 
 #include "razorkv/select/alibi.hpp"
 #include "razorkv/select/head_plan.hpp"
+#include "razorkv/select/budget_selector.hpp"
 #include "razorkv/select/head_selector.hpp"
 #include "razorkv/select/kv_budget.hpp"
 

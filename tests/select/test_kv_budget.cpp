@@ -51,3 +51,34 @@ TEST(RazorkvBudget, BadInputIsANamedError) {
 }
 
 }  // namespace
+
+#include <razorkv/select/budget_selector.hpp>
+
+namespace {
+
+TEST(RazorkvBudget, SelectionByMemoryKeepsTheMostGroupsThatFit) {
+  // 2 layers x 4 groups (MHA), induction scores 8..1: the best groups come first.
+  razorkv::head_scores scores(2, 4, 4);
+  scores.set_layer(0, {{0, 0, 0, 0}, {8, 7, 6, 5}});
+  scores.set_layer(1, {{0, 0, 0, 0}, {4, 3, 2, 1}});
+  razorkv::memory_target target;
+  target.seq_len = 100000;
+  target.dtype_bytes = 2;
+  const index_t full_head = razorkv::head_kv_bytes(100000, 64, 2);
+  const index_t small_head = razorkv::head_kv_bytes(razorkv::compressed_entries(100000, {}), 64, 2);
+  target.budget_bytes = 3 * full_head + 5 * small_head;  // exactly three full groups
+  razorkv::selection_config config;
+  config.echo_ratio = 0.0;
+  const auto plan = razorkv::select_for_budget(scores, 64, target, config);
+  EXPECT_EQ(plan.num_retrieval(), 3);
+  EXPECT_EQ(plan.retrieval_heads(0), (std::vector<index_t>{0, 1, 2}));
+  EXPECT_DOUBLE_EQ(plan.selection().induction_ratio, 3.0 / 8.0);
+  EXPECT_LE(razorkv::compressed_kv_bytes(plan, 100000, {}, 2), target.budget_bytes);
+  target.budget_bytes -= 1;  // one byte less: two groups
+  EXPECT_EQ(razorkv::select_for_budget(scores, 64, target, config).num_retrieval(), 2);
+  target.budget_bytes = 8 * small_head - 1;
+  RAZORKV_EXPECT_ERROR(razorkv::select_for_budget(scores, 64, target, config), kInvalidArgument,
+                       "is below the smallest RazorAttention cache");
+}
+
+}  // namespace
