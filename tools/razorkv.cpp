@@ -1,15 +1,18 @@
 // razorkv: the offline calibration tool. Subcommands: probe (write the probe tokens), score
 // (echo/induction scores from per-layer Q/K or attention dumps), select (a head plan from
-// scores) and ratio (full vs RazorAttention KV bytes). Bad arguments or files: exit code 2
-// and one line on stderr.
+// scores), ratio (full vs RazorAttention KV bytes) and heatmap (SVG of the scores). Bad
+// arguments or files: exit code 2 and one line on stderr.
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/npy.hpp>
 #include <razorkv/razorkv.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -172,6 +175,50 @@ int run_ratio(const ratio_args& a) {
   return 0;
 }
 
+struct heatmap_args {
+  std::string scores, plan, out;
+};
+
+// Layers x query heads heat maps of echo and induction scores (white -> dark blue, scaled to
+// each panel's maximum), with the query heads of the plan's retrieval groups outlined in red.
+int run_heatmap(const heatmap_args& a) {
+  const auto scores = razorkv::io::head_scores_from_json(razorkv::io::read_text_file(a.scores));
+  std::optional<razorkv::head_plan> plan;
+  if (!a.plan.empty()) {
+    plan.emplace(razorkv::io::head_plan_from_json(razorkv::io::read_text_file(a.plan)));
+    RAZORKV_CHECK(plan->shape().num_layers == scores.num_layers() && plan->shape().num_kv_heads == scores.num_kv_heads() &&
+                      plan->shape().num_query_heads == scores.num_query_heads(),
+                  kShapeMismatch, "razorkv heatmap: the plan's shape does not match the scores'");
+  }
+  const index_t layers = scores.num_layers(), heads = scores.num_query_heads(), cell = 12, margin = 40;
+  const index_t panel_width = heads * cell, panel_height = layers * cell;
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * panel_width + 3 * margin << "\" height=\""
+      << panel_height + 2 * margin << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    const index_t x0 = margin + panel * (panel_width + margin), y0 = margin;
+    double top = 1e-12;
+    for (index_t l = 0; l < layers; ++l)
+      for (index_t h = 0; h < heads; ++h) top = std::max(top, panel ? scores.induction(l, h) : scores.echo(l, h));
+    svg << "<text x=\"" << x0 << "\" y=\"" << y0 - 8 << "\">" << (panel ? "induction" : "echo")
+        << " score (max " << top << "); rows: layers, columns: query heads</text>\n";
+    for (index_t l = 0; l < layers; ++l) {
+      for (index_t h = 0; h < heads; ++h) {
+        const double v = (panel ? scores.induction(l, h) : scores.echo(l, h)) / top;
+        const int shade = static_cast<int>(std::lround(255.0 * (1.0 - std::clamp(v, 0.0, 1.0))));
+        const bool selected = plan && plan->is_retrieval(l, h / scores.group_size());
+        svg << "<rect x=\"" << x0 + h * cell << "\" y=\"" << y0 + l * cell << "\" width=\"" << cell << "\" height=\""
+            << cell << "\" fill=\"rgb(" << shade << "," << shade << ",255)\""
+            << (selected ? " stroke=\"red\" stroke-width=\"1.5\"" : "") << "/>\n";
+      }
+    }
+  }
+  svg << "</svg>\n";
+  razorkv::io::write_text_file(a.out, svg.str());
+  std::fprintf(stderr, "razorkv heatmap: written to %s\n", a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,6 +277,12 @@ int main(int argc, char** argv) {
   ratio->add_option("--sinks", ra.budget.sinks)->capture_default_str();
   ratio->add_option("--dtype-bytes", ra.dtype_bytes)->capture_default_str();
 
+  heatmap_args ha;
+  auto* heatmap = app.add_subcommand("heatmap", "SVG heat maps of echo and induction scores");
+  heatmap->add_option("--scores", ha.scores, "scores.json")->required();
+  heatmap->add_option("--plan", ha.plan, "plan.json: outline the selected heads");
+  heatmap->add_option("--out", ha.out, "output .svg")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -243,6 +296,7 @@ int main(int argc, char** argv) {
     if (score->parsed()) return run_score(sa);
     if (select->parsed()) return run_select(sel);
     if (ratio->parsed()) return run_ratio(ra);
+    if (heatmap->parsed()) return run_heatmap(ha);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "razorkv: %s\n", e.what());
     return 2;

@@ -19,6 +19,8 @@ plan="$(cat "$dir/plan_mindspore.json")"
 "$cli" select --scores "$dir/scores.json" --induction-ratio 0.2 --echo-ratio 0.2 --head-dim 64 --out "$dir/plan.json"
 "$cli" ratio --layers 3 --query-heads 8 --kv-heads 2 --head-dim 64 --plan "$dir/plan.json" --seq-len 100000 \
   | grep -Eq "^ +100000 "
+"$cli" heatmap --scores "$dir/scores.json" --plan "$dir/plan.json" --out "$dir/heads.svg"
+[ "$(grep -c 'stroke="red"' "$dir/heads.svg")" -eq 16 ] || { echo "expected 2 groups x 4 heads x 2 panels outlined" >&2; exit 1; }
 "$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 4096 1048576 | grep -Eq "^ +1048576 "
 
 expect_exit_2() {
