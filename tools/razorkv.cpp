@@ -119,6 +119,7 @@ struct select_args {
   std::string scores, out, gqa = "sum", format = "razorkv";
   double induction_ratio = 0.14, echo_ratio = 0.01;
   index_t min_per_layer = 0, head_dim = 128;
+  razorkv::memory_target memory;  // budget mode when memory.budget_bytes > 0
 };
 
 int run_select(const select_args& a) {
@@ -130,7 +131,13 @@ int run_select(const select_args& a) {
   config.aggregation = a.gqa == "max" ? razorkv::gqa_aggregation::kMax
                        : a.gqa == "mean" ? razorkv::gqa_aggregation::kMean
                                          : razorkv::gqa_aggregation::kSum;
-  const auto plan = razorkv::select_retrieval_heads(scores, a.head_dim, config);
+  const auto plan = a.memory.budget_bytes > 0 ? razorkv::select_for_budget(scores, a.head_dim, a.memory, config)
+                                              : razorkv::select_retrieval_heads(scores, a.head_dim, config);
+  if (a.memory.budget_bytes > 0) {
+    std::fprintf(stderr, "razorkv select: budget %ld bytes at %ld tokens -> induction ratio %.4f, echo ratio %.4f\n",
+                 static_cast<long>(a.memory.budget_bytes), static_cast<long>(a.memory.seq_len),
+                 plan.selection().induction_ratio, plan.selection().echo_ratio);
+  }
   razorkv::io::write_text_file(a.out, a.format == "mindspore" ? razorkv::io::head_plan_to_mindspore(plan)
                                                               : razorkv::io::head_plan_to_json(plan));
   std::fprintf(stderr, "razorkv select: %ld of %ld kv groups kept full, written to %s\n",
@@ -258,6 +265,12 @@ int main(int argc, char** argv) {
   select->add_option("--min-per-layer", sel.min_per_layer, "minimum retrieval groups per layer")->capture_default_str();
   select->add_option("--head-dim", sel.head_dim, "head dimension of the model")->capture_default_str();
   select->add_option("--format", sel.format, "razorkv or mindspore")->check(CLI::IsMember({"razorkv", "mindspore"}))->capture_default_str();
+  select->add_option("--budget-bytes", sel.memory.budget_bytes, "instead of the ratios: the K/V byte budget at --seq-len");
+  select->add_option("--seq-len", sel.memory.seq_len, "sequence length of --budget-bytes");
+  select->add_option("--dtype-bytes", sel.memory.dtype_bytes, "bytes per K/V element")->capture_default_str();
+  select->add_option("--s0", sel.memory.budget.s0)->capture_default_str();
+  select->add_option("--c", sel.memory.budget.c)->capture_default_str();
+  select->add_option("--sinks", sel.memory.budget.sinks)->capture_default_str();
   select->add_option("--out", sel.out, "output plan")->required();
 
   ratio_args ra;

@@ -43,6 +43,14 @@ TEST(RazorkvIo, HeadPlanRoundTrip) {
   EXPECT_EQ(back.selection().method, "razorattention");
   EXPECT_EQ(back.selection().aggregation, razorkv::gqa_aggregation::kMax);
   EXPECT_EQ(back.selection().induction_ratio, 0.14);
+
+  // A selected plan carries the group scores it was made from.
+  razorkv::head_scores scores(1, 4, 2);
+  scores.set_layer(0, {{0.1, 0.2, 0.3, 0.4}, {0.5, 0.25, 0.125, 0.0625}});
+  const auto selected = razorkv::select_retrieval_heads(scores, 64);
+  const auto reread = razorkv::io::head_plan_from_json(razorkv::io::head_plan_to_json(selected));
+  EXPECT_EQ(reread.selection().group_induction, (std::vector<double>{0.75, 0.1875}));
+  EXPECT_EQ(reread.selection().group_echo, selected.selection().group_echo);
 }
 
 TEST(RazorkvIo, HeadScoresRoundTripExactly) {

@@ -19,6 +19,12 @@ plan="$(cat "$dir/plan_mindspore.json")"
 "$cli" select --scores "$dir/scores.json" --induction-ratio 0.2 --echo-ratio 0.2 --head-dim 64 --out "$dir/plan.json"
 "$cli" ratio --layers 3 --query-heads 8 --kv-heads 2 --head-dim 64 --plan "$dir/plan.json" --seq-len 100000 \
   | grep -Eq "^ +100000 "
+# Budget mode: room for exactly one full group at 100,000 tokens (d 64, 2-byte K/V).
+full=$(( 2 * 100000 * 64 * 2 )) small=$(( 2 * (4 + 1 + 20000) * 64 * 2 ))
+"$cli" select --scores "$dir/scores.json" --head-dim 64 --budget-bytes $(( full + 5 * small )) --seq-len 100000 \
+  --format mindspore --out "$dir/plan_budget.json" 2>"$dir/budget.log"
+[ "$(cat "$dir/plan_budget.json")" = '{"0":[1]}' ] || { echo "unexpected budget plan: $(cat "$dir/plan_budget.json")" >&2; exit 1; }
+grep -q "induction ratio" "$dir/budget.log"
 "$cli" heatmap --scores "$dir/scores.json" --plan "$dir/plan.json" --out "$dir/heads.svg"
 [ "$(grep -c 'stroke="red"' "$dir/heads.svg")" -eq 16 ] || { echo "expected 2 groups x 4 heads x 2 panels outlined" >&2; exit 1; }
 "$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 4096 1048576 | grep -Eq "^ +1048576 "

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -105,6 +106,10 @@ inline std::string head_plan_to_json(const head_plan& plan) {
                     {"echo_ratio", why.echo_ratio},
                     {"aggregation", gqa_aggregation_name(why.aggregation)},
                     {"min_groups_per_layer", why.min_groups_per_layer}};
+  if (!why.group_echo.empty()) {
+    j["selection"]["group_echo"] = why.group_echo;
+    j["selection"]["group_induction"] = why.group_induction;
+  }
   return j.dump(2);
 }
 
@@ -157,6 +162,18 @@ inline head_plan head_plan_from_json(const std::string& text) {
     if (s.contains("echo_ratio") && s.at("echo_ratio").is_number()) why.echo_ratio = s.at("echo_ratio").get<double>();
     if (s.contains("min_groups_per_layer") && s.at("min_groups_per_layer").is_number_integer()) {
       why.min_groups_per_layer = s.at("min_groups_per_layer").get<index_t>();
+    }
+    for (const auto& [key, target] : {std::pair<const char*, std::vector<double>*>{"group_echo", &why.group_echo},
+                                      std::pair<const char*, std::vector<double>*>{"group_induction", &why.group_induction}}) {
+      if (!s.contains(key)) continue;
+      const auto& values = s.at(key);
+      RAZORKV_CHECK(values.is_array() && static_cast<index_t>(values.size()) == shape.num_layers * shape.num_kv_heads,
+                    kParseError, kWhere, ": selection \"", key, "\" must list num_layers * num_kv_heads (",
+                    shape.num_layers * shape.num_kv_heads, ") scores");
+      for (const auto& v : values) {
+        RAZORKV_CHECK(v.is_number(), kParseError, kWhere, ": selection \"", key, "\" holds ", v.dump());
+        target->push_back(v.get<double>());
+      }
     }
     if (s.contains("aggregation")) {
       const std::string name = s.at("aggregation").is_string() ? s.at("aggregation").get<std::string>() : "";

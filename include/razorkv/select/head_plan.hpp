@@ -44,6 +44,9 @@ class head_plan {
     double echo_ratio = 0.0;
     gqa_aggregation aggregation = gqa_aggregation::kSum;
     index_t min_groups_per_layer = 0;
+    /// The group scores the decision was made from ([num_layers * num_kv_heads], layer-major;
+    /// empty for hand-made or imported plans).
+    std::vector<double> group_echo, group_induction;
   };
 
   /// A plan with no retrieval heads for `shape`; throws on a malformed shape.

@@ -129,6 +129,8 @@ inline head_plan select_retrieval_heads(const head_scores& scores, index_t head_
   why.echo_ratio = config.echo_ratio;
   why.aggregation = config.aggregation;
   why.min_groups_per_layer = config.min_groups_per_layer;
+  why.group_echo = groups.echo;
+  why.group_induction = groups.induction;
   return plan;
 }
 
