@@ -52,6 +52,7 @@ struct score_args {
   std::vector<std::string> q_files, k_files, attn_files;
   std::optional<double> scale;
   index_t subsample = 1;
+  index_t kv_heads = 0;  // for --attn dumps, which do not carry the GQA grouping (0: no GQA)
   std::string out;
 };
 
@@ -105,7 +106,7 @@ int run_score(const score_args& a) {
       const auto probs = attn.to<float>();
       scores = razorkv::score_from_probabilities(*probe, probs.data(), attn.shape[0], attn.shape[1], options);
       query_heads = attn.shape[0];
-      kv_heads = query_heads;  // attention dumps do not say; groups are set by --scores consumers
+      kv_heads = a.kv_heads > 0 ? a.kv_heads : query_heads;
     }
     if (!table) table.emplace(static_cast<index_t>(layers), query_heads, kv_heads);
     table->set_layer(static_cast<index_t>(l), scores);
@@ -254,6 +255,7 @@ int main(int argc, char** argv) {
   score->add_option("--attn", sa.attn_files, "attention probabilities [heads, L, L] per layer");
   score->add_option("--scale", sa.scale, "softmax scale (default 1/sqrt(d))");
   score->add_option("--subsample", sa.subsample, "score every K-th query row")->capture_default_str();
+  score->add_option("--kv-heads", sa.kv_heads, "kv heads of the model, for --attn dumps (default: no GQA)");
   score->add_option("--out", sa.out, "output scores.json")->required();
 
   select_args sel;
