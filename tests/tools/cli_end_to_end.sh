@@ -17,6 +17,12 @@ rm -rf "$dir" && mkdir -p "$dir"
 plan="$(cat "$dir/plan_mindspore.json")"
 [ "$plan" = '{"0":[1],"2":[0]}' ] || { echo "unexpected plan: $plan" >&2; exit 1; }
 "$cli" select --scores "$dir/scores.json" --induction-ratio 0.2 --echo-ratio 0.2 --head-dim 64 --out "$dir/plan.json"
+# The same from attention-probability dumps.
+"$cli" score --period 64 --repeats 4 --bos --kv-heads 2 --attn "$dir/L0_attn.npy" --attn "$dir/L1_attn.npy" \
+  --attn "$dir/L2_attn.npy" --out "$dir/scores_attn.json"
+"$cli" select --scores "$dir/scores_attn.json" --induction-ratio 0.2 --echo-ratio 0.2 --head-dim 64 \
+  --format mindspore --out "$dir/plan_attn.json"
+[ "$(cat "$dir/plan_attn.json")" = '{"0":[1],"2":[0]}' ] || { echo "unexpected plan from --attn: $(cat "$dir/plan_attn.json")" >&2; exit 1; }
 "$cli" ratio --layers 3 --query-heads 8 --kv-heads 2 --head-dim 64 --plan "$dir/plan.json" --seq-len 100000 \
   | grep -Eq "^ +100000 "
 # Budget mode: room for exactly one full group at 100,000 tokens (d 64, 2-byte K/V).
