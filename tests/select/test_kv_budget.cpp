@@ -44,6 +44,7 @@ TEST(RazorkvBudget, BadInputIsANamedError) {
   b = {};
   b.sinks = -1;
   RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, b), kInvalidArgument, "sinks (-1)");
+  RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, {}, 0), kInvalidArgument, "buffer_override (0)");
   RAZORKV_EXPECT_ERROR(razorkv::compressed_kv_bytes(razorkv::model_preset_shape("qwen2-7b"), 1.5, 10, {}, 2),
                        kInvalidArgument, "retrieval_fraction (1.5)");
   RAZORKV_EXPECT_ERROR(razorkv::model_preset_shape("gpt-5"), kInvalidArgument, "unknown model \"gpt-5\" (known: llama-2-7b");

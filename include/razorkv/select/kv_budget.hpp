@@ -35,6 +35,8 @@ inline index_t compressed_entries(index_t tokens, const razor_budget& b,
                                   std::optional<index_t> buffer_override = std::nullopt) {
   check_budget(b, "compressed_entries");
   RAZORKV_CHECK(tokens >= 0, kInvalidArgument, "compressed_entries: tokens (", tokens, ") must be >= 0");
+  RAZORKV_CHECK(!buffer_override || *buffer_override > 0, kInvalidArgument, "compressed_entries: buffer_override (",
+                buffer_override.value_or(0), ") must be > 0");
   const index_t window = buffer_override ? *buffer_override
                                          : std::max(b.s0, static_cast<index_t>(std::ceil(static_cast<double>(tokens) / b.c)));
   if (tokens <= b.sinks + window) return tokens;
