@@ -13,7 +13,7 @@ mkdir -p "$build"
 
 echo "== razorkv: GCC, C++17, warnings as errors"
 razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
-  -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=ON -DRAZORKV_BUILD_EXAMPLES=ON \
+  -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=ON -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=ON \
   -DRAZORKV_WARNINGS_AS_ERRORS=ON
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
 
