@@ -177,6 +177,6 @@ int main(int argc, char** argv) {
     std::printf("  compensation %-20s relative L2 error of the attention output vs full: %.4f\n", v.name,
                 relative_l2(decode(view, queries), full));
   }
-  std::printf("\nNext: calibrate retrieval heads (echo/induction scores), then razor_kv_cache keeps them full.\n");
+  std::printf("\nWhich heads keep their full cache is decided offline: see razorkv_calibrate_synthetic and the razorkv CLI.\n");
   return 0;
 }
