@@ -5,12 +5,17 @@
 #include "razorkv/config.hpp"
 #include "razorkv/error.hpp"
 
+#include "razorkv/core/any_view.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/eigen.hpp"
 #include "razorkv/core/tensor_view.hpp"
 
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+
+#include "razorkv/compress/column_sums.hpp"
+#include "razorkv/compress/razor_cache.hpp"
+#include "razorkv/compress/razor_config.hpp"
 
 #include "razorkv/attention/decode.hpp"
 #include "razorkv/attention/reference.hpp"

@@ -306,6 +306,143 @@ inline index_t pass_width(index_t n) noexcept {
 
 }  // namespace detail
 
+namespace detail {
+
+// One (cache, layer) of a decode call, validated and ready for the kernels: the spans of every
+// kv head, the entries each holds, and the queries scaled and grouped by kv head.
+template <class T, class TO>
+struct decode_work {
+  std::vector<kv_span<T>> spans;        // the heads' non-empty spans, head by head
+  std::vector<index_t> first_span;      // [num_kv_heads + 1]: head h's spans are [first_span[h], first_span[h+1])
+  std::vector<index_t> entries;         // [num_kv_heads]: entries of head h
+  std::vector<accum_t<T>> scaled;       // [num_kv_heads, per_head, head_dim]: scaled queries, j = t * group + g
+  layer_view<TO> out;                   // [tokens, num_query_heads, head_dim]
+  index_t tokens = 0, group = 0, per_head = 0;
+};
+
+// Validates everything a decode over (cache, layer) reads and gathers it, so that a malformed
+// cache or query is an error before any output is written and the kernels run without checks.
+template <class Cache, class TQ, class TO>
+decode_work<typename Cache::value_type, TO> prepare_decode(const Cache& cache, index_t layer, layer_view<TQ> queries,
+                                                           layer_view<TO> out, const attention_options& options,
+                                                           const char* where) {
+  using T = typename Cache::value_type;
+  using Acc = accum_t<T>;
+  check_layer(cache, layer, where);
+  const index_t num_kv_heads = cache.num_kv_heads();
+  const index_t head_dim = cache.head_dim();
+  const index_t num_query_heads = queries.heads();
+  const index_t tokens = queries.tokens();
+  RAZORKV_CHECK(tokens > 0, kInvalidArgument, where, ": queries.tokens() (", tokens, ") must be > 0");
+  RAZORKV_CHECK(queries.head_dim() == head_dim, kShapeMismatch, where, ": queries.head_dim() (", queries.head_dim(),
+                ") != cache.head_dim() (", head_dim, ")");
+  RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, where, ": num_query_heads (", num_query_heads,
+                ") is not a multiple of num_kv_heads (", num_kv_heads, ")");
+  RAZORKV_CHECK(out.tokens() == tokens && out.heads() == num_query_heads && out.head_dim() == head_dim,
+                kShapeMismatch, where, ": out is [", out.tokens(), ", ", out.heads(), ", ", out.head_dim(),
+                "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim, "]");
+  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, where, ": scale (", scale, ") must be finite");
+
+  decode_work<T, TO> work;
+  work.out = out;
+  work.tokens = tokens;
+  work.first_span.assign(static_cast<std::size_t>(num_kv_heads) + 1, 0);
+  work.entries.assign(static_cast<std::size_t>(num_kv_heads), 0);
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    const index_t count = cache.num_spans(layer, h);
+    for (index_t i = 0; i < count; ++i) {
+      kv_span<T> span = cache.span(layer, h, i);
+      RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim &&
+                        span.values.cols() == head_dim,
+                    kShapeMismatch, where, ": span ", i, " of layer ", layer, " kv head ", h, " has keys [",
+                    span.keys.rows(), ", ", span.keys.cols(), "] and values [", span.values.rows(), ", ",
+                    span.values.cols(), "], head_dim is ", head_dim);
+      RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, where, ": span ", i, " of layer ", layer,
+                    " kv head ", h, " has log_weight (", span.log_weight, "), must be finite");
+      work.entries[static_cast<std::size_t>(h)] += span.length();
+      if (span.length() > 0) work.spans.push_back(span);
+    }
+    work.first_span[static_cast<std::size_t>(h) + 1] = static_cast<index_t>(work.spans.size());
+    RAZORKV_CHECK(work.entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, where, ": layer ", layer,
+                  " kv head ", h, " holds ", work.entries[static_cast<std::size_t>(h)], " entries, fewer than the ",
+                  tokens, " new token(s) being decoded");
+  }
+
+  work.group = num_query_heads / num_kv_heads;
+  work.per_head = checked_mul(tokens, work.group, "decode_attention: queries per kv head");
+  work.scaled.resize(static_cast<std::size_t>(
+      checked_mul(checked_mul(work.per_head, num_kv_heads, where), head_dim, where)));
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    for (index_t j = 0; j < work.per_head; ++j) {
+      const TQ* src = queries.token(j / work.group).row(h * work.group + j % work.group);  // TQ may be const
+      Acc* dst = work.scaled.data() + (h * work.per_head + j) * head_dim;
+      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
+    }
+  }
+  return work;
+}
+
+// Runs the kernels of every work item in one parallel loop. Tasks are (work, kv head, run of
+// 8, 4, 2 or 1 query vectors), longest first: a compressed cache mixes full retrieval heads
+// with short ones, and handing out the long ones first keeps a dynamic schedule balanced.
+template <class T, class TO>
+void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, const parallel_for_fn& parallel_for) {
+  using Acc = accum_t<T>;
+  struct pass {
+    index_t work, kv_head, first, width, cost;
+  };
+  std::vector<pass> passes;
+  for (index_t w = 0; w < static_cast<index_t>(works.size()); ++w) {
+    const decode_work<T, TO>& work = works[static_cast<std::size_t>(w)];
+    for (index_t h = 0; h < static_cast<index_t>(work.entries.size()); ++h) {
+      for (index_t j = 0; j < work.per_head;) {
+        const index_t width = pass_width(work.per_head - j);
+        passes.push_back({w, h, j, width, work.entries[static_cast<std::size_t>(h)]});
+        j += width;
+      }
+    }
+  }
+  std::stable_sort(passes.begin(), passes.end(), [](const pass& a, const pass& b) { return a.cost > b.cost; });
+
+  const bool needs_scratch = !std::is_same_v<T, Acc>;
+  run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
+    const pass& task = passes[static_cast<std::size_t>(p)];
+    const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
+    const std::size_t h = static_cast<std::size_t>(task.kv_head);
+    index_t visible[kMaxQueriesPerPass];
+    for (index_t q = 0; q < task.width; ++q) {
+      visible[q] = work.entries[h] - work.tokens + 1 + (task.first + q) / work.group;
+    }
+    std::vector<Acc> result(static_cast<std::size_t>(task.width * head_dim));
+    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0);
+    const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
+    const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
+    const Acc* head_queries = work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
+    dispatch_head_dim(head_dim, [&](auto dim_constant) {
+      dispatch_pow2_upto8(task.width, [&](auto width_constant) {
+        attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
+            head_spans, num_head_spans, head_dim, head_queries, visible, result.data(), scratch.data());
+      });
+    });
+    for (index_t q = 0; q < task.width; ++q) {
+      const index_t j = task.first + q;
+      TO* dst = work.out.token(j / work.group).row(task.kv_head * work.group + j % work.group);
+      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[static_cast<std::size_t>(q * head_dim + c)]);
+    }
+  });
+}
+
+template <class Cache, class TQ, class TO>
+void check_decode_types() {
+  static_assert(is_kv_cache_v<Cache>, "razorkv::decode_attention: Cache does not satisfy the "
+                                      "KV-cache contract (see razorkv/cache/kv_cache.hpp)");
+  static_assert(is_storage_dtype_v<std::remove_const_t<TQ>> && is_storage_dtype_v<TO>,
+                "razorkv::decode_attention: unsupported query dtype, or const output");
+}
+
+}  // namespace detail
+
 /// Decode attention with a few new queries per query head, causal among themselves: the
 /// cache already holds the keys and values of the `queries.tokens()` new tokens as the newest
 /// entries of every kv head, and new token t attends to every entry except the
@@ -320,113 +457,58 @@ inline index_t pass_width(index_t n) noexcept {
 template <class Cache, class TQ, class TO>
 void decode_attention_multi(const Cache& cache, index_t layer, layer_view<TQ> queries,
                             layer_view<TO> out, const attention_options& options = {}) {
-  static_assert(is_kv_cache_v<Cache>, "razorkv::decode_attention: Cache does not satisfy the "
-                                      "KV-cache contract (see razorkv/cache/kv_cache.hpp)");
-  static_assert(is_storage_dtype_v<std::remove_const_t<TQ>> && is_storage_dtype_v<TO>,
-                "razorkv::decode_attention: unsupported query dtype, or const output");
+  detail::check_decode_types<Cache, TQ, TO>();
   using T = typename Cache::value_type;
-  using Acc = accum_t<T>;
-  constexpr const char* kWhere = "decode_attention";
+  std::vector<detail::decode_work<T, TO>> works;
+  works.push_back(detail::prepare_decode(cache, layer, queries, out, options, "decode_attention"));
+  detail::run_decode(works, cache.head_dim(), options.parallel_for);
+}
 
-  check_layer(cache, layer, kWhere);
-  const index_t num_kv_heads = cache.num_kv_heads();
-  const index_t head_dim = cache.head_dim();
-  const index_t num_query_heads = queries.heads();
-  const index_t tokens = queries.tokens();
-  RAZORKV_CHECK(tokens > 0, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
-                ") must be > 0");
-  RAZORKV_CHECK(queries.head_dim() == head_dim, kShapeMismatch, kWhere, ": queries.head_dim() (",
-                queries.head_dim(), ") != cache.head_dim() (", head_dim, ")");
-  RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, kWhere,
-                ": num_query_heads (", num_query_heads, ") is not a multiple of num_kv_heads (",
-                num_kv_heads, ")");
-  RAZORKV_CHECK(out.tokens() == tokens && out.heads() == num_query_heads &&
-                    out.head_dim() == head_dim,
-                kShapeMismatch, kWhere, ": out is [", out.tokens(), ", ", out.heads(), ", ",
-                out.head_dim(), "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim,
-                "]");
-  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-  RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, kWhere, ": scale (", scale,
-                ") must be finite");
-
-  // Gather and validate every head's spans before any work, so that a malformed cache is an
-  // error and the kernels run without checks.
-  std::vector<kv_span<T>> spans;
-  std::vector<index_t> first_span(static_cast<std::size_t>(num_kv_heads) + 1, 0);
-  std::vector<index_t> entries(static_cast<std::size_t>(num_kv_heads), 0);
-  for (index_t h = 0; h < num_kv_heads; ++h) {
-    const index_t count = cache.num_spans(layer, h);
-    for (index_t i = 0; i < count; ++i) {
-      kv_span<T> span = cache.span(layer, h, i);
-      RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim &&
-                        span.values.cols() == head_dim,
-                    kShapeMismatch, kWhere, ": span ", i, " of layer ", layer, " kv head ", h,
-                    " has keys [", span.keys.rows(), ", ", span.keys.cols(), "] and values [",
-                    span.values.rows(), ", ", span.values.cols(), "], head_dim is ", head_dim);
-      RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, kWhere, ": span ", i,
-                    " of layer ", layer, " kv head ", h, " has log_weight (", span.log_weight,
-                    "), must be finite");
-      entries[static_cast<std::size_t>(h)] += span.length();
-      if (span.length() > 0) spans.push_back(span);
-    }
-    first_span[static_cast<std::size_t>(h) + 1] = static_cast<index_t>(spans.size());
-    RAZORKV_CHECK(entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, kWhere,
-                  ": layer ", layer, " kv head ", h, " holds ", entries[static_cast<std::size_t>(h)],
-                  " entries, fewer than the ", tokens, " new token(s) being decoded");
+/// Decode attention for a batch of independent sequences, one cache each, in one parallel
+/// loop over every (sequence, kv head): sequence b's query is queries.token(b) and its output
+/// out.token(b). The caches may hold different numbers of entries; they must share num_kv_heads
+/// and head_dim.
+///
+/// \param caches  [batch] pointers to the sequences' caches, none null
+/// \param queries [batch, num_query_heads, head_dim], any strides
+/// \param out     [batch, num_query_heads, head_dim], any strides; may alias queries
+template <class Cache, class TQ, class TO>
+void decode_attention_batch(const Cache* const* caches, index_t batch, index_t layer, layer_view<TQ> queries,
+                            layer_view<TO> out, const attention_options& options = {}) {
+  detail::check_decode_types<Cache, TQ, TO>();
+  using T = typename Cache::value_type;
+  constexpr const char* kWhere = "decode_attention_batch";
+  RAZORKV_CHECK(batch > 0 && caches != nullptr, kInvalidArgument, kWhere, ": batch (", batch,
+                ") must be > 0, with a non-null caches array");
+  RAZORKV_CHECK(queries.tokens() == batch && out.tokens() == batch, kShapeMismatch, kWhere, ": queries.tokens() (",
+                queries.tokens(), ") and out.tokens() (", out.tokens(), ") must equal batch (", batch, ")");
+  std::vector<detail::decode_work<T, TO>> works;
+  works.reserve(static_cast<std::size_t>(batch));
+  for (index_t b = 0; b < batch; ++b) {
+    const Cache* cache = caches[b];
+    RAZORKV_CHECK(cache != nullptr, kInvalidArgument, kWhere, ": caches[", b, "] is null");
+    RAZORKV_CHECK(cache->num_kv_heads() == caches[0]->num_kv_heads() && cache->head_dim() == caches[0]->head_dim(),
+                  kShapeMismatch, kWhere, ": caches[", b, "] has ", cache->num_kv_heads(), " kv heads of dim ",
+                  cache->head_dim(), ", caches[0] has ", caches[0]->num_kv_heads(), " of dim ",
+                  caches[0]->head_dim());
+    const auto one_token = [b](auto view) {
+      using V = decltype(view);
+      return V(view.data() + b * view.token_stride(), 1, view.heads(), view.head_dim(), view.token_stride(),
+               view.head_stride());
+    };
+    works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out), options, kWhere));
   }
+  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for);
+}
 
-  // Query vectors of kv head h in pass order: j = t * group + g for token t, group member g.
-  const index_t group = num_query_heads / num_kv_heads;
-  const index_t per_head = detail::checked_mul(tokens, group, "decode_attention: queries per kv head");
-  std::vector<Acc> scaled(static_cast<std::size_t>(
-      detail::checked_mul(detail::checked_mul(per_head, num_kv_heads, kWhere), head_dim, kWhere)));
-  for (index_t h = 0; h < num_kv_heads; ++h) {
-    for (index_t j = 0; j < per_head; ++j) {
-      const TQ* src = queries.token(j / group).row(h * group + j % group);  // TQ may be const
-      Acc* dst = scaled.data() + (h * per_head + j) * head_dim;
-      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
-    }
-  }
-
-  // Tasks: (kv head, run of query vectors of width 8, 4, 2 or 1).
-  struct pass {
-    index_t kv_head, first, width;
-  };
-  std::vector<pass> passes;
-  for (index_t h = 0; h < num_kv_heads; ++h) {
-    for (index_t j = 0; j < per_head;) {
-      const index_t width = detail::pass_width(per_head - j);
-      passes.push_back({h, j, width});
-      j += width;
-    }
-  }
-
-  const bool needs_scratch = !std::is_same_v<T, Acc>;
-  detail::run_parallel(options.parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
-    const pass& task = passes[static_cast<std::size_t>(p)];
-    const std::size_t h = static_cast<std::size_t>(task.kv_head);
-    index_t visible[detail::kMaxQueriesPerPass];
-    for (index_t q = 0; q < task.width; ++q) {
-      visible[q] = entries[h] - tokens + 1 + (task.first + q) / group;
-    }
-    std::vector<Acc> result(static_cast<std::size_t>(task.width * head_dim));
-    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * detail::kWidenRows * head_dim) : 0);
-    const kv_span<T>* head_spans = spans.data() + first_span[h];
-    const index_t num_head_spans = first_span[h + 1] - first_span[h];
-    const Acc* head_queries = scaled.data() + (task.kv_head * per_head + task.first) * head_dim;
-    detail::dispatch_head_dim(head_dim, [&](auto dim_constant) {
-      detail::dispatch_pow2_upto8(task.width, [&](auto width_constant) {
-        detail::attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
-            head_spans, num_head_spans, head_dim, head_queries, visible, result.data(),
-            scratch.data());
-      });
-    });
-    for (index_t q = 0; q < task.width; ++q) {
-      const index_t j = task.first + q;
-      TO* dst = out.token(j / group).row(task.kv_head * group + j % group);
-      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[static_cast<std::size_t>(q * head_dim + c)]);
-    }
-  });
+/// decode_attention_batch over a vector of caches.
+template <class Cache, class TQ, class TO>
+void decode_attention_batch(const std::vector<Cache>& caches, index_t layer, layer_view<TQ> queries,
+                            layer_view<TO> out, const attention_options& options = {}) {
+  RAZORKV_CHECK(!caches.empty(), kInvalidArgument, "decode_attention_batch: caches is empty");
+  std::vector<const Cache*> pointers;
+  for (const Cache& c : caches) pointers.push_back(&c);
+  decode_attention_batch(pointers.data(), static_cast<index_t>(pointers.size()), layer, queries, out, options);
 }
 
 /// Decode attention for one new query per query head (see decode_attention_multi).

@@ -38,6 +38,37 @@ constexpr const char* dtype_name() noexcept {
   }
 }
 
+/// A storage dtype named at run time, for memory whose element type the caller knows only
+/// then (an engine's tensor with a dtype field); see any_layer_view.
+enum class dtype { kFloat32, kFloat64, kFloat16, kBFloat16 };
+
+/// The run-time dtype of a storage type.
+template <class T>
+constexpr dtype dtype_of() noexcept {
+  using U = std::remove_cv_t<T>;
+  static_assert(is_storage_dtype_v<U>, "razorkv: unsupported storage dtype");
+  if constexpr (std::is_same_v<U, float>) {
+    return dtype::kFloat32;
+  } else if constexpr (std::is_same_v<U, double>) {
+    return dtype::kFloat64;
+  } else if constexpr (std::is_same_v<U, Eigen::half>) {
+    return dtype::kFloat16;
+  } else {
+    return dtype::kBFloat16;
+  }
+}
+
+/// The same names as dtype_name<T>(): "float", "double", "half", "bfloat16".
+constexpr const char* dtype_name(dtype d) noexcept {
+  switch (d) {
+    case dtype::kFloat32: return "float";
+    case dtype::kFloat64: return "double";
+    case dtype::kFloat16: return "half";
+    case dtype::kBFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
 namespace detail {
 /// Exact widening of one stored element to double (16-bit types go through float, exactly).
 /// For references, validation and scoring sums; hot loops widen rows with widen_row.

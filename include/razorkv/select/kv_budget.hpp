@@ -2,6 +2,7 @@
 // (SPEC.md sections 4-5), for a plan or a retrieval fraction, and the presets of common models.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -20,27 +21,45 @@ struct razor_budget {
   index_t sinks = 4;     ///< N0
   index_t s0 = 4000;     ///< minimum recent window S0
   double c = 5.0;        ///< compression factor C: the window is max(S0, ceil(N / C))
+  /// > 0: every non-retrieval head keeps exactly this many recent tokens whatever N is (a
+  /// fixed-capacity deployment); 0: the window is max(S0, ceil(N / C)).
+  index_t fixed_window = 0;
+  /// Whether the dropped tokens leave one compensation token (false: plain truncation).
+  bool compensation_token = true;
 };
 
 inline void check_budget(const razor_budget& b, const char* where) {
   RAZORKV_CHECK(b.sinks >= 0, kInvalidArgument, where, ": sinks (", b.sinks, ") must be >= 0");
   RAZORKV_CHECK(b.s0 >= 0, kInvalidArgument, where, ": s0 (", b.s0, ") must be >= 0");
+  RAZORKV_CHECK(b.fixed_window >= 0, kInvalidArgument, where, ": fixed_window (", b.fixed_window,
+                ") must be >= 0");
+  RAZORKV_CHECK(!(b.s0 == 0 && b.c == 0.0 && b.fixed_window == 0), kInvalidArgument, where,
+                ": s0 (0) and c (0) leave the recent window undefined; set c >= 1");
   RAZORKV_CHECK(std::isfinite(b.c) && b.c >= 1.0, kInvalidArgument, where, ": c (", b.c, ") must be >= 1");
 }
 
+/// The recent window L_h of a non-retrieval head after `tokens` tokens: `buffer_override` when
+/// given (the plan's per-head length), else the budget's fixed window, else max(S0, ceil(N / C)).
+/// The budget must have passed check_budget.
+inline index_t recent_window(index_t tokens, const razor_budget& b,
+                             std::optional<index_t> buffer_override = std::nullopt) noexcept {
+  if (buffer_override) return *buffer_override;
+  if (b.fixed_window > 0) return b.fixed_window;
+  return std::max(b.s0, static_cast<index_t>(std::ceil(static_cast<double>(tokens) / b.c)));
+}
+
 /// Entries a non-retrieval head holds after compressing `tokens` tokens: all of them when
-/// tokens <= sinks + window, else sinks + 1 compensation token + window, where the window is
-/// `buffer_override` when given, else max(S0, ceil(tokens / C)).
+/// tokens <= sinks + window, else sinks + 1 compensation token + window (sinks + window without
+/// a compensation token), where the window is recent_window(tokens, b, buffer_override).
 inline index_t compressed_entries(index_t tokens, const razor_budget& b,
                                   std::optional<index_t> buffer_override = std::nullopt) {
   check_budget(b, "compressed_entries");
   RAZORKV_CHECK(tokens >= 0, kInvalidArgument, "compressed_entries: tokens (", tokens, ") must be >= 0");
   RAZORKV_CHECK(!buffer_override || *buffer_override > 0, kInvalidArgument, "compressed_entries: buffer_override (",
                 buffer_override.value_or(0), ") must be > 0");
-  const index_t window = buffer_override ? *buffer_override
-                                         : std::max(b.s0, static_cast<index_t>(std::ceil(static_cast<double>(tokens) / b.c)));
+  const index_t window = recent_window(tokens, b, buffer_override);
   if (tokens <= b.sinks + window) return tokens;
-  return b.sinks + 1 + window;
+  return b.sinks + (b.compensation_token ? 1 : 0) + window;
 }
 
 /// Bytes of K and V for `entries` entries of one head: 2 * entries * head_dim * dtype_bytes.

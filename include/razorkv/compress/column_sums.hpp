@@ -1,0 +1,116 @@
+// razorkv/compress/column_sums.hpp: the compensation token's arithmetic: column sums of K/V rows
+// in double (vectorised, and a scalar reference beside it), and the mean rounded to storage.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/simd.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+namespace detail {
+
+// Columns handled per pass; 16-bit rows are widened into a float scratch of
+// kWidenRowsForSum x kSumColumns (16 KB), so any head_dim works with a stack buffer.
+inline constexpr index_t kSumColumns = 256;
+inline constexpr index_t kWidenRowsForSum = 16;
+
+// sums[c] += rows[r][c] for r < rows, c < dim, from float rows with `stride` between rows.
+// Every column is added in row order in double, one addition per element, so the result does
+// not depend on how the rows are split into calls: folding tokens one at a time gives the
+// same bits as summing them at once.
+inline void add_float_rows(const float* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
+                           double* RAZORKV_RESTRICT sums) noexcept {
+  index_t c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  constexpr int kLanes = simd_lanes<double>;
+  typedef float narrow_t __attribute__((vector_size(kLanes * sizeof(float))));
+  for (; c + kLanes <= dim; c += kLanes) {
+    simd_t<double> acc = simd_load(sums + c);
+    for (index_t r = 0; r < count; ++r) {
+      narrow_t x;
+      std::memcpy(&x, rows + r * stride + c, sizeof(x));
+      acc += __builtin_convertvector(x, simd_t<double>);
+    }
+    simd_store(sums + c, acc);
+  }
+#endif
+  for (; c < dim; ++c) {
+    double acc = sums[c];
+    for (index_t r = 0; r < count; ++r) acc += static_cast<double>(rows[r * stride + c]);
+    sums[c] = acc;
+  }
+}
+
+inline void add_double_rows(const double* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
+                            double* RAZORKV_RESTRICT sums) noexcept {
+  index_t c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  constexpr int kLanes = simd_lanes<double>;
+  for (; c + kLanes <= dim; c += kLanes) {
+    simd_t<double> acc = simd_load(sums + c);
+    for (index_t r = 0; r < count; ++r) acc += simd_load(rows + r * stride + c);
+    simd_store(sums + c, acc);
+  }
+#endif
+  for (; c < dim; ++c) {
+    double acc = sums[c];
+    for (index_t r = 0; r < count; ++r) acc += rows[r * stride + c];
+    sums[c] = acc;
+  }
+}
+
+/// sums[0, dim) += the column sums of `rows` ([count, dim], any row stride), in double.
+template <class T>
+void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT sums) noexcept {
+  const index_t count = rows.rows(), dim = rows.cols();
+  if (count == 0) return;
+  if constexpr (std::is_same_v<T, double>) {
+    add_double_rows(rows.data(), count, rows.row_stride(), dim, sums);
+  } else if constexpr (std::is_same_v<T, float>) {
+    add_float_rows(rows.data(), count, rows.row_stride(), dim, sums);
+  } else {
+    alignas(64) float scratch[kWidenRowsForSum * kSumColumns];
+    for (index_t c0 = 0; c0 < dim; c0 += kSumColumns) {
+      const index_t columns = std::min(kSumColumns, dim - c0);
+      for (index_t r0 = 0; r0 < count; r0 += kWidenRowsForSum) {
+        const index_t block = std::min(kWidenRowsForSum, count - r0);
+        for (index_t r = 0; r < block; ++r) widen_row(rows.row(r0 + r) + c0, scratch + r * kSumColumns, columns);
+        add_float_rows(scratch, block, kSumColumns, columns, sums + c0);
+      }
+    }
+  }
+}
+
+/// out[c] = sums[c] / count, rounded to T (count > 0).
+template <class T>
+void store_mean(const double* sums, index_t count, index_t dim, T* out) noexcept {
+  const double n = static_cast<double>(count);
+  for (index_t c = 0; c < dim; ++c) {
+    const double mean = sums[c] / n;
+    if constexpr (std::is_same_v<T, double>) {
+      out[c] = mean;
+    } else {
+      out[c] = static_cast<T>(static_cast<float>(mean));
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace reference {
+
+/// The oracle for detail::add_rows_to_sums: one element at a time, rows in order.
+template <class T>
+void add_rows_to_sums(const matrix_view<const T>& rows, double* sums) {
+  for (index_t r = 0; r < rows.rows(); ++r) {
+    for (index_t c = 0; c < rows.cols(); ++c) sums[c] += detail::to_double(rows(r, c));
+  }
+}
+
+}  // namespace reference
+RAZORKV_END_NAMESPACE

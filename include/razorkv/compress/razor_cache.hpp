@@ -1,0 +1,527 @@
+// razorkv/compress/razor_cache.hpp: razor_kv_cache<T>, the RazorAttention KV cache: full K/V for
+// retrieval heads, sinks + one compensation token + a recent window for every other head.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "razorkv/cache/dense_cache.hpp"
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/compress/column_sums.hpp"
+#include "razorkv/compress/razor_config.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/any_view.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/detail/parallel.hpp"
+#include "razorkv/error.hpp"
+#include "razorkv/select/head_plan.hpp"
+#include "razorkv/select/kv_budget.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+namespace detail {
+
+// Owning K and V rows of one head, [capacity, dim] each, 64-byte aligned; rows past rows() are
+// uninitialised (the cache writes every row before it exposes it, and allocating without
+// zero-filling keeps compression at one pass over memory).
+template <class T>
+class head_rows {
+ public:
+  head_rows() = default;
+  head_rows(index_t capacity, index_t dim) : capacity_(capacity), dim_(dim) {
+    const index_t elements = checked_mul(capacity, dim, "razor_kv_cache: rows * head_dim");
+    checked_mul(elements, static_cast<index_t>(sizeof(T)), "razor_kv_cache: bytes of one head");
+    if (elements > 0) {
+      keys_.reset(allocate(elements));
+      values_.reset(allocate(elements));
+    }
+  }
+  head_rows(const head_rows& other) : head_rows(other.capacity_, other.dim_) { copy_prefix(other); }
+  head_rows& operator=(const head_rows& other) {
+    if (this != &other) *this = head_rows(other);
+    return *this;
+  }
+  head_rows(head_rows&&) noexcept = default;
+  head_rows& operator=(head_rows&&) noexcept = default;
+
+  index_t rows() const noexcept { return rows_; }
+  index_t capacity() const noexcept { return capacity_; }
+  void set_rows(index_t rows) noexcept {
+    RAZORKV_DASSERT(rows >= 0 && rows <= capacity_);
+    rows_ = rows;
+  }
+  T* key_row(index_t r) const noexcept { return keys_.get() + r * dim_; }
+  T* value_row(index_t r) const noexcept { return values_.get() + r * dim_; }
+
+  /// Rows [first, first + count) as views (count may be 0).
+  matrix_view<const T> keys(index_t first, index_t count) const { return view(keys_.get(), first, count); }
+  matrix_view<const T> values(index_t first, index_t count) const { return view(values_.get(), first, count); }
+
+  /// Writes the rows of src_keys/src_values ([count, dim], any stride) at row `first`.
+  void write(index_t first, const matrix_view<const T>& src_keys, const matrix_view<const T>& src_values) noexcept {
+    RAZORKV_DASSERT(first >= 0 && first + src_keys.rows() <= capacity_);
+    copy_rows(src_keys, key_row(first));
+    copy_rows(src_values, value_row(first));
+  }
+
+  /// A copy with capacity `capacity` (>= rows()).
+  head_rows grown(index_t capacity) const {
+    head_rows bigger(capacity, dim_);
+    bigger.copy_prefix(*this);
+    return bigger;
+  }
+
+  index_t allocated_bytes() const noexcept { return 2 * capacity_ * dim_ * static_cast<index_t>(sizeof(T)); }
+
+ private:
+  struct aligned_delete {
+    void operator()(T* p) const noexcept { ::operator delete(static_cast<void*>(p), std::align_val_t{64}); }
+  };
+  static T* allocate(index_t elements) {
+    return static_cast<T*>(::operator new(static_cast<std::size_t>(elements) * sizeof(T), std::align_val_t{64}));
+  }
+  matrix_view<const T> view(const T* base, index_t first, index_t count) const {
+    RAZORKV_DASSERT(first >= 0 && count >= 0 && first + count <= rows_);
+    return count == 0 ? matrix_view<const T>(nullptr, 0, dim_) : matrix_view<const T>(base + first * dim_, count, dim_);
+  }
+  void copy_rows(const matrix_view<const T>& src, T* dst) const noexcept {
+    const std::size_t row_bytes = static_cast<std::size_t>(dim_) * sizeof(T);
+    if (src.rows() == 0) return;
+    if (src.row_stride() == dim_) {
+      std::memcpy(dst, src.data(), row_bytes * static_cast<std::size_t>(src.rows()));
+      return;
+    }
+    for (index_t r = 0; r < src.rows(); ++r) std::memcpy(dst + r * dim_, src.row(r), row_bytes);
+  }
+  void copy_prefix(const head_rows& other) noexcept {
+    if (other.rows_ == 0) return;
+    copy_rows(other.keys(0, other.rows_), keys_.get());
+    copy_rows(other.values(0, other.rows_), values_.get());
+    rows_ = other.rows_;
+  }
+
+  std::unique_ptr<T, aligned_delete> keys_;    // [capacity, dim]
+  std::unique_ptr<T, aligned_delete> values_;  // [capacity, dim]
+  index_t rows_ = 0;                           // rows written, from row 0
+  index_t capacity_ = 0;
+  index_t dim_ = 0;
+};
+
+}  // namespace detail
+
+/// The compensation token of one head: the dropped tokens' count, their mean key and value as
+/// stored (rounded to T), and their exact sums in double.
+template <class T>
+struct compensation_token {
+  index_t count = 0;               ///< tokens folded into it (0: nothing dropped yet)
+  matrix_view<const T> key;        ///< [1, head_dim] mean key, or empty when count == 0 or mode none
+  matrix_view<const T> value;      ///< [1, head_dim] mean value, likewise
+  const double* key_sum = nullptr;    ///< [head_dim] sum of the dropped keys; null for mode none
+  const double* value_sum = nullptr;  ///< [head_dim] sum of the dropped values; null for mode none
+};
+
+/// The RazorAttention KV cache of one sequence (SPEC.md section 4), built from a head plan and a
+/// razor_config, then filled one layer at a time by compress_layer (from the engine's prefill
+/// K/V, read in place) and grown by append during decode.
+///
+/// Per (layer, kv head):
+///  - a retrieval head holds every token, bit-identical to the dense cache;
+///  - any other head holds the first N0 tokens (sinks), one compensation token for the D
+///    dropped tokens (mean key, mean value, count D; log-weight ln D in kWeighted mode, 0 in
+///    kUnweighted, absent in kNone), and the last L_h tokens, L_h = max(S0, ceil(N / C)) or
+///    the fixed or per-head window. Nothing is dropped while N <= N0 + L_h.
+/// Each head is exposed through the generic KV-cache contract as up to four spans
+/// [sinks | compensation | recent (| recent, wrapped)], so decode_attention runs on it as on
+/// any other cache.
+///
+/// Spans and views stay valid until the next append or compress_layer on the same layer.
+/// Distinct caches may be used from distinct threads; one cache is not synchronised.
+template <class T>
+class razor_kv_cache {
+  static_assert(is_storage_dtype_v<T>, "razorkv::razor_kv_cache: unsupported storage dtype");
+
+ public:
+  using value_type = T;
+
+  /// An empty cache (every layer uncompressed) for the plan's model shape.
+  razor_kv_cache(head_plan plan, const razor_config& config) : plan_(std::move(plan)), config_(config) {
+    check_config(config_, "razor_kv_cache");
+    layers_.resize(static_cast<std::size_t>(plan_.shape().num_layers));
+  }
+
+  index_t num_layers() const noexcept { return plan_.shape().num_layers; }
+  index_t num_kv_heads() const noexcept { return plan_.shape().num_kv_heads; }
+  index_t head_dim() const noexcept { return plan_.shape().head_dim; }
+  const head_plan& plan() const noexcept { return plan_; }
+  const razor_config& config() const noexcept { return config_; }
+
+  /// Whether compress_layer has run on `layer`.
+  bool is_compressed(index_t layer) const { return layer_at(layer, "razor_kv_cache::is_compressed").compressed; }
+  /// Tokens the layer has seen: the prefill plus every appended token (N, growing in decode).
+  index_t num_tokens(index_t layer) const { return layer_at(layer, "razor_kv_cache::num_tokens").tokens; }
+  bool is_retrieval(index_t layer, index_t kv_head) const { return plan_.is_retrieval(layer, kv_head); }
+  /// The head's recent window L_h as fixed at compression (0 for a retrieval head).
+  index_t window(index_t layer, index_t kv_head) const { return head_at(layer, kv_head, "razor_kv_cache::window").window; }
+
+  /// Compresses the engine's prefill K/V of one layer into this cache. keys and values are
+  /// [N, num_kv_heads, head_dim] in any layout (NHD, HND, padded), read in place: no copy of the
+  /// full layer is made, only what the cache keeps. The layer must not be compressed yet, and
+  /// N >= sinks. On error nothing changes. Heads are processed in parallel (`parallel_for`, else
+  /// OpenMP when compiled with it).
+  void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
+                      const parallel_for_fn& parallel_for = {}) {
+    compress_checked(layer, keys, values, parallel_for);
+  }
+  /// The same for K/V whose dtype is known at run time; a dtype other than T is an error.
+  void compress_layer(index_t layer, const any_layer_view& keys, const any_layer_view& values,
+                      const parallel_for_fn& parallel_for = {}) {
+    constexpr const char* kWhere = "razor_kv_cache::compress_layer";
+    compress_checked(layer, keys.as<T>(kWhere, "keys"), values.as<T>(kWhere, "values"), parallel_for);
+  }
+
+  /// The contract's append: adds keys.tokens() new tokens ([tokens, num_kv_heads, head_dim], any
+  /// layout, not pointing into this cache) to every head of a compressed layer. Retrieval heads
+  /// and, in append mode, every head keep them; in bounded mode a non-retrieval head's window
+  /// slides and the tokens leaving it are folded into its compensation token. On error
+  /// (including a failed allocation) nothing changes.
+  void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
+    constexpr const char* kWhere = "razor_kv_cache::append";
+    layer_storage& l = layer_at(layer, kWhere);
+    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has not been compressed yet (call compress_layer with its prefill first)");
+    check_layer_views(keys, values, kWhere);
+    const index_t added = keys.tokens();
+    if (added == 0) return;
+    const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
+
+    // Phase 1, which may throw: grown copies of every head that runs out of room.
+    std::vector<detail::head_rows<T>> grown(l.heads.size());
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      const head_state& head = l.heads[h];
+      if (!head.retrieval && config_.decode == decode_mode::kBounded) continue;
+      const index_t needed = detail::checked_add(head.recent.rows(), added, "razor_kv_cache::append: rows");
+      if (needed > head.recent.capacity()) {
+        grown[h] = head.recent.grown(std::max(needed, head.recent.capacity() + head.recent.capacity() / 2));
+      }
+    }
+    // Phase 2: no allocation, nothing that throws.
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      head_state& head = l.heads[h];
+      const matrix_view<const T> new_keys = keys.head(static_cast<index_t>(h));
+      const matrix_view<const T> new_values = values.head(static_cast<index_t>(h));
+      if (head.retrieval || config_.decode == decode_mode::kAppend) {
+        if (grown[h].capacity() > 0) head.recent = std::move(grown[h]);
+        head.recent.write(head.recent.rows(), new_keys, new_values);
+        head.recent.set_rows(head.recent.rows() + added);
+      } else {
+        slide_window(head, new_keys, new_values);
+      }
+    }
+    l.tokens = total;
+  }
+
+  // --- The KV-cache contract -------------------------------------------------------------
+
+  index_t num_spans(index_t layer, index_t kv_head) const {
+    return spans_of(head_at(layer, kv_head, "razor_kv_cache::num_spans")).count;
+  }
+  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
+    const span_list list = spans_of(head_at(layer, kv_head, "razor_kv_cache::span"));
+    RAZORKV_CHECK(i >= 0 && i < list.count, kOutOfRange, "razor_kv_cache::span: span (", i, ") outside [0, ",
+                  list.count, ")");
+    return list.spans[static_cast<std::size_t>(i)];
+  }
+
+  // --- Inspection and memory accounting ----------------------------------------------------
+
+  /// The head's compensation token (count 0 for retrieval heads and heads that dropped nothing).
+  compensation_token<T> compensation(index_t layer, index_t kv_head) const {
+    const head_state& head = head_at(layer, kv_head, "razor_kv_cache::compensation");
+    compensation_token<T> token;
+    token.count = head.dropped;
+    if (head.mean.rows() > 0) {
+      token.key = head.mean.keys(0, 1);
+      token.value = head.mean.values(0, 1);
+    }
+    if (!head.sums.empty()) {
+      token.key_sum = head.sums.data();
+      token.value_sum = head.sums.data() + head_dim();
+    }
+    return token;
+  }
+
+  /// Entries (rows of K and of V) the head holds, the compensation token counting as one.
+  index_t entries(index_t layer, index_t kv_head) const {
+    const head_state& head = head_at(layer, kv_head, "razor_kv_cache::entries");
+    return head.sinks.rows() + head.mean.rows() + head.recent.rows();
+  }
+  /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
+  /// calculator (kv_budget.hpp), which this agrees with exactly after compression.
+  index_t kv_bytes(index_t layer, index_t kv_head) const {
+    return head_kv_bytes(entries(layer, kv_head), head_dim(), static_cast<index_t>(sizeof(T)));
+  }
+  index_t kv_bytes(index_t layer) const {
+    index_t total = 0;
+    for (index_t h = 0; h < num_kv_heads(); ++h) total = detail::checked_add(total, kv_bytes(layer, h), "kv bytes");
+    return total;
+  }
+  index_t kv_bytes() const {
+    index_t total = 0;
+    for (index_t l = 0; l < num_layers(); ++l) total = detail::checked_add(total, kv_bytes(l), "kv bytes");
+    return total;
+  }
+  /// What a dense cache of the same tokens holds.
+  index_t dense_kv_bytes(index_t layer) const {
+    return detail::checked_mul(num_kv_heads(),
+                               head_kv_bytes(num_tokens(layer), head_dim(), static_cast<index_t>(sizeof(T))),
+                               "kv bytes");
+  }
+  index_t dense_kv_bytes() const {
+    index_t total = 0;
+    for (index_t l = 0; l < num_layers(); ++l) total = detail::checked_add(total, dense_kv_bytes(l), "kv bytes");
+    return total;
+  }
+  /// kv_bytes() / dense_kv_bytes() (1 for an empty cache).
+  double compression_ratio() const {
+    const index_t dense = dense_kv_bytes();
+    return dense == 0 ? 1.0 : static_cast<double>(kv_bytes()) / static_cast<double>(dense);
+  }
+  /// Every byte the cache has allocated: K/V rows including reserved capacity, and the double
+  /// sums behind the compensation tokens.
+  index_t allocated_bytes() const noexcept {
+    index_t total = 0;
+    for (const layer_storage& l : layers_) {
+      for (const head_state& head : l.heads) {
+        total += head.sinks.allocated_bytes() + head.recent.allocated_bytes() + head.mean.allocated_bytes() +
+                 static_cast<index_t>(head.sums.capacity() * sizeof(double));
+      }
+    }
+    return total;
+  }
+
+ private:
+  struct head_state {
+    bool retrieval = false;
+    index_t window = 0;              // L_h; in bounded mode the ring's capacity (>= 1)
+    detail::head_rows<T> sinks;      // [N0, dim] (non-retrieval heads)
+    detail::head_rows<T> recent;     // retrieval: every token; else the window, a ring in bounded mode
+    index_t ring_start = 0;          // bounded mode: the ring row holding the oldest token
+    index_t dropped = 0;             // D: tokens folded into the compensation token
+    std::vector<double> sums;        // [2, dim]: sums of the dropped keys, then values (not in mode none)
+    detail::head_rows<T> mean;       // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
+  };
+  struct layer_storage {
+    std::vector<head_state> heads;  // [num_kv_heads]
+    index_t tokens = 0;
+    bool compressed = false;
+  };
+  struct span_list {
+    std::array<kv_span<T>, 4> spans;
+    index_t count = 0;
+  };
+
+  const layer_storage& layer_at(index_t layer, const char* where) const {
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers(), kOutOfRange, where, ": layer (", layer, ") outside [0, ",
+                  num_layers(), ")");
+    return layers_[static_cast<std::size_t>(layer)];
+  }
+  layer_storage& layer_at(index_t layer, const char* where) {
+    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
+  }
+  // An uncompressed layer has no head states yet; its heads read as empty.
+  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
+    const layer_storage& l = layer_at(layer, where);
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads(), kOutOfRange, where, ": kv_head (", kv_head,
+                  ") outside [0, ", num_kv_heads(), ")");
+    static const head_state empty{};
+    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
+  }
+
+  span_list spans_of(const head_state& head) const {
+    span_list list;
+    const auto add = [&](const detail::head_rows<T>& rows, index_t first, index_t count, float log_weight) {
+      if (count > 0) list.spans[static_cast<std::size_t>(list.count++)] = {rows.keys(first, count), rows.values(first, count), log_weight};
+    };
+    add(head.sinks, 0, head.sinks.rows(), 0.0f);
+    if (head.mean.rows() > 0) {
+      const float log_weight = config_.compensation == compensation_mode::kWeighted
+                                   ? static_cast<float>(std::log(static_cast<double>(head.dropped)))
+                                   : 0.0f;
+      add(head.mean, 0, 1, log_weight);
+    }
+    // The recent rows, oldest first: [start, capacity) then [0, wrapped) for a wrapped ring.
+    const index_t rows = head.recent.rows(), start = head.ring_start;
+    const index_t first_part = std::min(rows, head.recent.capacity() - start);
+    add(head.recent, start, first_part, 0.0f);
+    add(head.recent, 0, rows - first_part, 0.0f);
+    return list;
+  }
+
+  void check_layer_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {
+    const auto check_one = [&](const layer_view<const T>& view, const char* name) {
+      RAZORKV_CHECK(view.heads() == num_kv_heads(), kShapeMismatch, where, ": ", name, ".heads() (", view.heads(),
+                    ") != num_kv_heads (", num_kv_heads(), ")");
+      RAZORKV_CHECK(view.head_dim() == head_dim(), kShapeMismatch, where, ": ", name, ".head_dim() (",
+                    view.head_dim(), ") != head_dim (", head_dim(), ")");
+    };
+    check_one(keys, "keys");
+    check_one(values, "values");
+    RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
+                  ") != values.tokens() (", values.tokens(), ")");
+  }
+
+  void compress_checked(index_t layer, const layer_view<const T>& keys, const layer_view<const T>& values,
+                        const parallel_for_fn& parallel_for) {
+    constexpr const char* kWhere = "razor_kv_cache::compress_layer";
+    layer_storage& target = layer_at(layer, kWhere);
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    check_layer_views(keys, values, kWhere);
+    const index_t tokens = keys.tokens();
+    RAZORKV_CHECK(config_.sinks <= tokens, kInvalidArgument, kWhere, ": sinks (", config_.sinks,
+                  ") exceeds the prefill's tokens (", tokens, ") in layer ", layer);
+    const index_t dim = head_dim();
+    const razor_budget budget = config_.budget();
+    const bool compensate = config_.compensation != compensation_mode::kNone;
+    const bool bounded = config_.decode == decode_mode::kBounded;
+
+    // Allocate every head first (this may throw; the cache is untouched until the end).
+    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
+    struct head_job {
+      index_t head, keep_recent, dropped;
+    };
+    std::vector<head_job> jobs;
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      head_state& head = heads[static_cast<std::size_t>(h)];
+      head.retrieval = plan_.is_retrieval(layer, h);
+      if (head.retrieval) {
+        head.recent = detail::head_rows<T>(detail::checked_add(tokens, config_.decode_reserve, kWhere), dim);
+        jobs.push_back({h, tokens, 0});
+        continue;
+      }
+      head.window = recent_window(tokens, budget, plan_.buffer_override(layer, h));
+      const index_t keep_recent = std::min(tokens - config_.sinks, head.window);
+      const index_t dropped = tokens - config_.sinks - keep_recent;
+      head.sinks = detail::head_rows<T>(config_.sinks, dim);
+      if (bounded) {
+        head.window = std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
+        head.recent = detail::head_rows<T>(head.window, dim);
+      } else {
+        head.recent = detail::head_rows<T>(detail::checked_add(keep_recent, config_.decode_reserve, kWhere), dim);
+      }
+      if (compensate) {
+        head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
+        head.mean = detail::head_rows<T>(1, dim);
+      }
+      jobs.push_back({h, keep_recent, dropped});
+    }
+    // Longest jobs first (retrieval heads copy all N rows), so a dynamic schedule balances.
+    std::stable_sort(jobs.begin(), jobs.end(), [&](const head_job& a, const head_job& b) {
+      return a.keep_recent + a.dropped > b.keep_recent + b.dropped;
+    });
+
+    detail::run_parallel(parallel_for, static_cast<index_t>(jobs.size()), [&](index_t j) {
+      const head_job& job = jobs[static_cast<std::size_t>(j)];
+      head_state& head = heads[static_cast<std::size_t>(job.head)];
+      const matrix_view<const T> k = keys.head(job.head), v = values.head(job.head);
+      const index_t sinks = head.retrieval ? 0 : config_.sinks;
+      if (sinks > 0) {
+        head.sinks.write(0, k.middle_rows(0, sinks), v.middle_rows(0, sinks));
+        head.sinks.set_rows(sinks);
+      }
+      if (job.dropped > 0) {
+        head.dropped = job.dropped;
+        if (compensate) {
+          detail::add_rows_to_sums(k.middle_rows(sinks, job.dropped), head.sums.data());
+          detail::add_rows_to_sums(v.middle_rows(sinks, job.dropped), head.sums.data() + dim);
+          refresh_mean(head);
+        }
+      }
+      const index_t first_recent = tokens - job.keep_recent;
+      head.recent.write(0, k.middle_rows(first_recent, job.keep_recent), v.middle_rows(first_recent, job.keep_recent));
+      head.recent.set_rows(job.keep_recent);
+    });
+
+    target.heads = std::move(heads);
+    target.tokens = tokens;
+    target.compressed = true;
+  }
+
+  // Rewrites the stored mean token from the exact sums.
+  void refresh_mean(head_state& head) const noexcept {
+    const index_t dim = head_dim();
+    detail::store_mean(head.sums.data(), head.dropped, dim, head.mean.key_row(0));
+    detail::store_mean(head.sums.data() + dim, head.dropped, dim, head.mean.value_row(0));
+    head.mean.set_rows(1);
+  }
+
+  // Bounded mode: the head's ring holds the last `window` tokens of the stream
+  // [ring contents, oldest first | new tokens]; whatever falls off its front is folded, in
+  // stream order, into the compensation token.
+  void slide_window(head_state& head, const matrix_view<const T>& new_keys,
+                    const matrix_view<const T>& new_values) const noexcept {
+    detail::head_rows<T>& ring = head.recent;
+    const index_t capacity = ring.capacity(), held = ring.rows(), added = new_keys.rows();
+    const index_t evicted = std::max<index_t>(0, held + added - capacity);
+    const index_t from_ring = std::min(held, evicted), from_new = evicted - from_ring;
+    const bool compensate = !head.sums.empty();
+    const index_t dim = head_dim();
+    const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+      if (!compensate || k.rows() == 0) return;
+      detail::add_rows_to_sums(k, head.sums.data());
+      detail::add_rows_to_sums(v, head.sums.data() + dim);
+    };
+    // The oldest ring rows: [start, capacity) first, then from row 0.
+    const index_t first_part = std::min(from_ring, capacity - head.ring_start);
+    fold(ring.keys(head.ring_start, first_part), ring.values(head.ring_start, first_part));
+    fold(ring.keys(0, from_ring - first_part), ring.values(0, from_ring - first_part));
+    fold(new_keys.middle_rows(0, from_new), new_values.middle_rows(0, from_new));
+    head.ring_start = (head.ring_start + from_ring) % capacity;
+    index_t count = held - from_ring;
+    for (index_t r = from_new; r < added; ++r, ++count) {
+      const index_t slot = (head.ring_start + count) % capacity;
+      ring.write(slot, new_keys.middle_rows(r, 1), new_values.middle_rows(r, 1));
+    }
+    // Written rows are always a prefix of the ring's storage: a ring only wraps once full.
+    ring.set_rows(count);
+    if (evicted > 0) {
+      head.dropped += evicted;
+      if (compensate) refresh_mean(head);
+    }
+  }
+
+  head_plan plan_;
+  razor_config config_;
+  std::vector<layer_storage> layers_;  // [num_layers]
+};
+
+static_assert(is_kv_cache_v<razor_kv_cache<float>>, "razor_kv_cache must satisfy the KV-cache contract");
+
+/// Compresses every layer of a prefilled dense cache: the RazorAttention cache of the same
+/// sequence under `plan` and `config`. The dense cache is only read. Throws kShapeMismatch when
+/// the plan was made for another model shape.
+template <class T>
+razor_kv_cache<T> compress_cache(const dense_kv_cache<T>& dense, const head_plan& plan, const razor_config& config,
+                                 const parallel_for_fn& parallel_for = {}) {
+  const model_shape& shape = plan.shape();
+  const auto check = [](index_t planned, index_t held, const char* name) {
+    RAZORKV_CHECK(planned == held, kShapeMismatch, "compress_cache: the plan has ", name, " ", planned,
+                  ", the dense cache has ", held);
+  };
+  check(shape.num_layers, dense.num_layers(), "num_layers");
+  check(shape.num_kv_heads, dense.num_kv_heads(), "num_kv_heads");
+  check(shape.head_dim, dense.head_dim(), "head_dim");
+  razor_kv_cache<T> cache(plan, config);
+  for (index_t l = 0; l < dense.num_layers(); ++l) {
+    cache.compress_layer(l, dense.keys(l), dense.values(l), parallel_for);
+  }
+  return cache;
+}
+
+RAZORKV_END_NAMESPACE
