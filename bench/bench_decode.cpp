@@ -1,5 +1,6 @@
-// Decode-attention benchmarks: a DRAM read-bandwidth baseline, a plain-Eigen decode baseline and
-// razorkv's decode kernel, on one Llama-3-8B-like layer (32 query heads, 8 kv heads, dim 128).
+// Decode-attention benchmarks: a DRAM read-bandwidth baseline, a plain-Eigen decode baseline,
+// razorkv's decode kernel over the dense cache and over the RazorAttention cache, and the
+// compression itself, on one Llama-3-8B-like layer (32 query heads, 8 kv heads, dim 128).
 // Every case reports the unique K/V bytes it reads per second. Threads: OMP_NUM_THREADS.
 #include <benchmark/benchmark.h>
 
@@ -148,8 +149,68 @@ void BM_Decode_Razorkv(benchmark::State& state) {
   state.counters["threads"] = threads();
 }
 
+// The RazorAttention plan of the layer: 1 of its 8 kv groups keeps its full cache (12.5%, the
+// closest a single layer gets to the paper's 15%); the paper's defaults N0 = 4, S0 = 4000, C = 5.
+razorkv::head_plan razor_plan() {
+  razorkv::head_plan plan(razorkv::model_shape{1, kQueryHeads, kKvHeads, kHeadDim});
+  plan.set_retrieval(0, 3, true);
+  return plan;
+}
+
+template <class T>
+const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens) {
+  static std::map<index_t, std::unique_ptr<razorkv::razor_kv_cache<T>>> caches;
+  auto& slot = caches[tokens];
+  if (!slot) {
+    slot = std::make_unique<razorkv::razor_kv_cache<T>>(razorkv::compress_cache(layer_cache<T>(tokens), razor_plan(), {}));
+  }
+  return *slot;
+}
+
+// razorkv's decode kernel over the compressed cache of the same layer. Bytes are what the
+// razor cache holds; dense_over_razor is the byte ratio the speed-up is measured against.
+template <class T>
+void BM_Decode_RazorCache(benchmark::State& state) {
+  const index_t tokens = state.range(0);
+  const auto& cache = razor_cache<T>(tokens);
+  const std::vector<float> queries = make_queries();
+  std::vector<float> out(queries.size());
+  const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
+  const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
+  for (auto _ : state) {
+    razorkv::decode_attention(cache, 0, q, o);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * cache.kv_bytes());
+  state.counters["threads"] = threads();
+  state.counters["dense_over_razor"] = static_cast<double>(cache.dense_kv_bytes()) / static_cast<double>(cache.kv_bytes());
+}
+
+// Compression of the prefilled layer into a razor cache, reading the dense cache in place.
+// Bytes are the prefill's K/V, each read once.
+template <class T>
+void BM_Compress_RazorCache(benchmark::State& state) {
+  const index_t tokens = state.range(0);
+  const auto& dense = layer_cache<T>(tokens);
+  const razorkv::head_plan plan = razor_plan();
+  for (auto _ : state) {
+    razorkv::razor_kv_cache<T> cache(plan, {});
+    cache.compress_layer(0, dense.keys(0), dense.values(0));
+    benchmark::DoNotOptimize(&cache);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
+  state.counters["threads"] = threads();
+}
+
 void decode_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"tokens"})->Arg(4096)->Arg(32768)->Arg(131072)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+// Long contexts for dense-vs-razor: the paper's window (4000 tokens) is most of a 16K prompt
+// and a fifth of a 64K or 256K one.
+void razor_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens"})->Arg(16384)->Arg(65536)->Arg(262144)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace
@@ -159,4 +220,10 @@ BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_RazorCache, float)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_RazorCache, Eigen::bfloat16)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
 

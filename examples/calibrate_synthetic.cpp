@@ -17,35 +17,9 @@
 
 namespace {
 
-using razorkv::head_kind;
 using razorkv::index_t;
 
 constexpr index_t kQueryHeads = 16, kKvHeads = 4, kHeadDim = 64;
-
-// A layer of mostly local heads, with a few retrieval heads planted at random strengths.
-razorkv::planted_layer_config random_layer(std::mt19937_64& rng, std::uint64_t seed) {
-  razorkv::planted_layer_config config;
-  config.num_kv_heads = kKvHeads;
-  config.head_dim = kHeadDim;
-  config.seed = seed;
-  std::uniform_real_distribution<double> strength(2.0, 12.0);
-  std::uniform_int_distribution<int> kind(0, 9);
-  for (index_t h = 0; h < kQueryHeads; ++h) {
-    razorkv::planted_head head;
-    switch (kind(rng)) {
-      case 0: head.components = {{head_kind::kEcho, strength(rng)}}; break;
-      case 1: head.components = {{head_kind::kInduction, strength(rng)}}; break;
-      case 2: head.components = {{head_kind::kInduction, strength(rng)}, {head_kind::kLocal, 3.0}}; break;
-      case 3: head.components = {{head_kind::kPreviousToken, strength(rng)}}; break;
-      case 4: head.components = {{head_kind::kSink, strength(rng)}}; break;
-      case 5: head.components = {{head_kind::kUniform, 0.0}}; break;
-      default: head.components = {{head_kind::kLocal, strength(rng)}, {head_kind::kSink, 2.0}}; break;
-    }
-    head.noise = 0.2;
-    config.query_heads.push_back(head);
-  }
-  return config;
-}
 
 // Average ranks (ties share the mean rank), then the Pearson correlation of the ranks.
 std::vector<double> ranks(const std::vector<double>& x) {
@@ -133,13 +107,10 @@ int main(int argc, char** argv) {
               static_cast<long>(probe.length()), static_cast<long>(num_layers), static_cast<long>(kQueryHeads),
               static_cast<long>(kKvHeads), static_cast<long>(kHeadDim));
 
-  std::mt19937_64 rng(7);
-  std::vector<razorkv::planted_layer_config> configs;
+  const std::vector<razorkv::planted_layer_config> configs =
+      razorkv::random_planted_model({num_layers, kQueryHeads, kKvHeads, kHeadDim}, 7);
   std::vector<razorkv::planted_layer> layers;
-  for (index_t l = 0; l < num_layers; ++l) {
-    configs.push_back(random_layer(rng, static_cast<std::uint64_t>(100 + l)));
-    layers.push_back(razorkv::make_planted_layer(probe, configs.back()));
-  }
+  for (const auto& config : configs) layers.push_back(razorkv::make_planted_layer(probe, config));
 
   const model_scores full = score_model(probe, layers, 1);
   std::vector<std::size_t> order(full.induction.size());

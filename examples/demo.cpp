@@ -1,7 +1,8 @@
-// razorkv demo: exact GQA decode attention over a synthetic Llama-3-8B-like layer, and a preview
-// of RazorAttention's compensation token through the generic KV-cache interface.
+// razorkv demo: RazorAttention end to end on a synthetic model whose retrieval heads are known:
+// probe -> head scores -> plan -> prefill -> compress -> decode, with the memory saved and the
+// attention-output error of each compensation mode against the full cache.
 //
-//   razorkv_demo [tokens]      (default 16384)
+//   razorkv_demo [prompt tokens]      (default 16384)
 #include <razorkv/razorkv.hpp>
 
 #include <algorithm>
@@ -9,174 +10,218 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
-#include <string>
+#include <set>
 #include <vector>
 
 namespace {
 
 using razorkv::index_t;
 using bf16 = Eigen::bfloat16;
+using clock_type = std::chrono::steady_clock;
 
-constexpr index_t kQueryHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr index_t kLayers = 4, kQueryHeads = 32, kKvHeads = 8, kHeadDim = 128, kDecodeSteps = 8;
+constexpr index_t kGroup = kQueryHeads / kKvHeads;
+// 5 of the 32 GQA groups read the whole context: the paper's 15%.
+constexpr index_t kPlantedRetrievalGroups = 5;
 
-// Keys and values that drift slowly per head (nearby tokens look alike, as in real models),
-// plus noise; rounded to bfloat16 like an engine's cache.
-razorkv::dense_kv_cache<bf16> synthetic_layer(index_t tokens, std::mt19937_64& rng) {
-  razorkv::dense_kv_cache<bf16> cache(1, kKvHeads, kHeadDim, tokens);
-  std::normal_distribution<float> normal;
-  std::vector<float> key_drift(static_cast<std::size_t>(kKvHeads * kHeadDim)), value_drift(key_drift.size());
-  for (auto& x : key_drift) x = normal(rng);
-  for (auto& x : value_drift) x = normal(rng);
-  std::vector<bf16> keys(key_drift.size()), values(key_drift.size());
-  for (index_t t = 0; t < tokens; ++t) {
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      key_drift[i] = 0.999f * key_drift[i] + 0.045f * normal(rng);
-      value_drift[i] = 0.999f * value_drift[i] + 0.045f * normal(rng);
-      keys[i] = bf16(key_drift[i] + 0.5f * normal(rng));
-      values[i] = bf16(value_drift[i] + 0.5f * normal(rng));
-    }
-    cache.append(0, razorkv::layer_view<const bf16>::nhd(keys.data(), 1, kKvHeads, kHeadDim),
-                 razorkv::layer_view<const bf16>::nhd(values.data(), 1, kKvHeads, kHeadDim));
-  }
-  return cache;
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-// A cache adapter written against the generic interface, the way an engine would: it reads the
-// dense cache's rows in place and shows each head as [sinks | one mean token | recent window].
-// The mean token's span carries log-weight ln(count) ("weighted"), 0 ("unweighted"), or is left
-// out ("none"). razorkv's own compressed cache (razor_kv_cache) is built on this idea.
-class windowed_view {
- public:
-  using value_type = bf16;
-  enum class compensation { kWeighted, kUnweighted, kNone };
-
-  windowed_view(const razorkv::dense_kv_cache<bf16>& full, index_t sinks, index_t window, compensation mode)
-      : full_(full), sinks_(sinks), window_(window), mode_(mode) {
-    const index_t tokens = full.num_tokens(0);
-    dropped_ = tokens - sinks - window;
-    means_.resize(static_cast<std::size_t>(2 * kKvHeads * kHeadDim));
-    for (index_t h = 0; h < kKvHeads; ++h) {
-      const auto keys = full.keys(0).head(h), values = full.values(0).head(h);
-      for (index_t c = 0; c < kHeadDim; ++c) {
-        double k = 0, v = 0;
-        for (index_t t = sinks; t < sinks + dropped_; ++t) {
-          k += static_cast<float>(keys(t, c));
-          v += static_cast<float>(values(t, c));
-        }
-        means_[static_cast<std::size_t>((2 * h) * kHeadDim + c)] = bf16(static_cast<float>(k / static_cast<double>(dropped_)));
-        means_[static_cast<std::size_t>((2 * h + 1) * kHeadDim + c)] = bf16(static_cast<float>(v / static_cast<double>(dropped_)));
-      }
-    }
-  }
-
-  index_t num_layers() const { return 1; }
-  index_t num_kv_heads() const { return kKvHeads; }
-  index_t head_dim() const { return kHeadDim; }
-  index_t num_spans(index_t, index_t) const { return mode_ == compensation::kNone ? 2 : 3; }
-  razorkv::kv_span<bf16> span(index_t layer, index_t h, index_t i) const {
-    const auto keys = full_.keys(layer).head(h), values = full_.values(layer).head(h);
-    const index_t tokens = keys.rows();
-    if (i == 0) return {keys.middle_rows(0, sinks_), values.middle_rows(0, sinks_), 0.0f};
-    if (i == 1 && mode_ != compensation::kNone) {
-      const bf16* mean = means_.data() + 2 * h * kHeadDim;
-      const float log_weight = mode_ == compensation::kWeighted ? std::log(static_cast<float>(dropped_)) : 0.0f;
-      return {razorkv::matrix_view<const bf16>(mean, 1, kHeadDim),
-              razorkv::matrix_view<const bf16>(mean + kHeadDim, 1, kHeadDim), log_weight};
-    }
-    return {keys.middle_rows(tokens - window_, window_), values.middle_rows(tokens - window_, window_), 0.0f};
-  }
-  void append(index_t, razorkv::layer_view<const bf16>, razorkv::layer_view<const bf16>) {
-    razorkv::detail::raise(razorkv::errc::kInvalidArgument, __FILE__, __LINE__, "windowed_view is read-only");
-  }
-  index_t entries() const { return sinks_ + window_ + (mode_ == compensation::kNone ? 0 : 1); }
-
- private:
-  const razorkv::dense_kv_cache<bf16>& full_;
-  index_t sinks_, window_, dropped_;
-  compensation mode_;
-  std::vector<bf16> means_;  // [kv_heads][key, value][head_dim]
-};
-static_assert(razorkv::is_kv_cache_v<windowed_view>);
-
-double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
+razorkv::probe make_probe(index_t period, std::uint64_t seed) {
+  razorkv::probe_config config;
+  config.num_random_tokens = period;
+  config.max_id = 128256;
+  config.bos_id = 128000;
+  config.seed = seed;
+  return razorkv::probe(config);
 }
 
-template <class Cache>
-std::vector<float> decode(const Cache& cache, const std::vector<float>& queries) {
-  std::vector<float> out(queries.size());
-  razorkv::decode_attention(cache, 0, razorkv::matrix_view<const float>(queries.data(), kQueryHeads, kHeadDim),
-                            razorkv::matrix_view<float>(out.data(), kQueryHeads, kHeadDim));
+std::vector<bf16> to_bf16(const float* data, std::size_t n) {
+  std::vector<bf16> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = bf16(data[i]);
   return out;
 }
+
+// The prompt as an engine holds it after prefill: per layer, K/V of the first `prefill` tokens
+// in bfloat16, and the Q/K/V of the tokens decoded after it.
+struct prompt_state {
+  index_t prefill = 0;
+  razorkv::dense_kv_cache<bf16> full{kLayers, kKvHeads, kHeadDim};
+  std::vector<std::vector<float>> step_queries;           // [layers][steps * query_heads * dim]
+  std::vector<std::vector<bf16>> step_keys, step_values;  // [layers][steps * kv_heads * dim]
+};
+
+prompt_state prefill_prompt(const std::vector<razorkv::planted_layer_config>& model, index_t tokens) {
+  const razorkv::probe prompt = make_probe(tokens / 4, 2026);  // 4 copies of a random block + BOS
+  prompt_state state;
+  state.prefill = prompt.length() - kDecodeSteps;
+  const std::size_t kv_token = static_cast<std::size_t>(kKvHeads * kHeadDim);
+  const std::size_t q_token = static_cast<std::size_t>(kQueryHeads * kHeadDim);
+  for (index_t l = 0; l < kLayers; ++l) {
+    const razorkv::planted_layer layer = razorkv::make_planted_layer(prompt, model[static_cast<std::size_t>(l)]);
+    const auto keys = to_bf16(layer.keys.data(), layer.keys.size());
+    const auto values = to_bf16(layer.values.data(), layer.values.size());
+    state.full.append(l, razorkv::layer_view<const bf16>::nhd(keys.data(), state.prefill, kKvHeads, kHeadDim),
+                      razorkv::layer_view<const bf16>::nhd(values.data(), state.prefill, kKvHeads, kHeadDim));
+    const std::size_t first = static_cast<std::size_t>(state.prefill);
+    state.step_keys.emplace_back(keys.begin() + static_cast<std::ptrdiff_t>(first * kv_token), keys.end());
+    state.step_values.emplace_back(values.begin() + static_cast<std::ptrdiff_t>(first * kv_token), values.end());
+    state.step_queries.emplace_back(layer.queries.begin() + static_cast<std::ptrdiff_t>(first * q_token),
+                                    layer.queries.end());
+  }
+  return state;
+}
+
+// Decodes kDecodeSteps tokens on `cache`, appending each token's K/V first; returns the
+// attention outputs [steps][layers][query_heads * dim].
+template <class Cache>
+std::vector<std::vector<std::vector<float>>> decode_steps(Cache& cache, const prompt_state& prompt) {
+  std::vector<std::vector<std::vector<float>>> outputs(static_cast<std::size_t>(kDecodeSteps));
+  for (index_t s = 0; s < kDecodeSteps; ++s) {
+    for (index_t l = 0; l < kLayers; ++l) {
+      const std::size_t layer = static_cast<std::size_t>(l);
+      const auto step = [&](const std::vector<bf16>& data) {
+        return razorkv::layer_view<const bf16>::nhd(data.data() + s * kKvHeads * kHeadDim, 1, kKvHeads, kHeadDim);
+      };
+      cache.append(l, step(prompt.step_keys[layer]), step(prompt.step_values[layer]));
+      std::vector<float> out(static_cast<std::size_t>(kQueryHeads * kHeadDim));
+      razorkv::decode_attention(
+          cache, l,
+          razorkv::matrix_view<const float>(prompt.step_queries[layer].data() + s * kQueryHeads * kHeadDim, kQueryHeads, kHeadDim),
+          razorkv::matrix_view<float>(out.data(), kQueryHeads, kHeadDim));
+      outputs[static_cast<std::size_t>(s)].push_back(std::move(out));
+    }
+  }
+  return outputs;
+}
+
+// Median seconds of one decode call over every layer (the model's attention for one token).
+template <class Cache>
+double median_step_seconds(const Cache& cache, const prompt_state& prompt) {
+  std::vector<float> out(static_cast<std::size_t>(kQueryHeads * kHeadDim));
+  std::vector<double> times;
+  for (int rep = 0; rep < 15; ++rep) {
+    const auto start = clock_type::now();
+    for (index_t l = 0; l < kLayers; ++l) {
+      razorkv::decode_attention(cache, l,
+                                razorkv::matrix_view<const float>(prompt.step_queries[static_cast<std::size_t>(l)].data(),
+                                                                  kQueryHeads, kHeadDim),
+                                razorkv::matrix_view<float>(out.data(), kQueryHeads, kHeadDim));
+    }
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double error = 0, norm = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    error += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(error / norm);
+}
+
+double mebibytes(index_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const index_t tokens = argc > 1 ? std::atol(argv[1]) : 16384;
-  if (tokens < 64) {
-    std::fprintf(stderr, "razorkv_demo: tokens (%ld) must be >= 64\n", static_cast<long>(tokens));
+  if (tokens < 256) {
+    std::fprintf(stderr, "razorkv_demo: prompt tokens (%ld) must be >= 256\n", static_cast<long>(tokens));
     return 2;
   }
-  std::mt19937_64 rng(2026);
-  std::printf("razorkv %d.%d.%d demo: one layer, %ld query heads, %ld kv heads (GQA group %ld), head_dim %ld, %ld tokens, bfloat16\n\n",
-              RAZORKV_VERSION_MAJOR, RAZORKV_VERSION_MINOR, RAZORKV_VERSION_PATCH, static_cast<long>(kQueryHeads),
-              static_cast<long>(kKvHeads), static_cast<long>(kQueryHeads / kKvHeads), static_cast<long>(kHeadDim),
-              static_cast<long>(tokens));
-  const auto cache = synthetic_layer(tokens, rng);
-  // Queries look like recent keys of their kv head (what makes local heads local).
-  std::vector<float> queries(static_cast<std::size_t>(kQueryHeads * kHeadDim));
-  std::normal_distribution<float> normal;
-  for (index_t qh = 0; qh < kQueryHeads; ++qh) {
-    const auto keys = cache.keys(0).head(qh / (kQueryHeads / kKvHeads));
-    for (index_t c = 0; c < kHeadDim; ++c) {
-      queries[static_cast<std::size_t>(qh * kHeadDim + c)] = 0.3f * static_cast<float>(keys(tokens - 1, c)) + normal(rng);
+  std::printf("razorkv %d.%d.%d demo: RazorAttention on a synthetic model of %ld layers x %ld query heads "
+              "(%ld kv heads, GQA group %ld), head_dim %ld; %ld of its %ld groups hold planted retrieval heads\n\n",
+              RAZORKV_VERSION_MAJOR, RAZORKV_VERSION_MINOR, RAZORKV_VERSION_PATCH, static_cast<long>(kLayers),
+              static_cast<long>(kQueryHeads), static_cast<long>(kKvHeads), static_cast<long>(kGroup),
+              static_cast<long>(kHeadDim), static_cast<long>(kPlantedRetrievalGroups), static_cast<long>(kLayers * kKvHeads));
+  const auto model =
+      razorkv::sparse_retrieval_model({kLayers, kQueryHeads, kKvHeads, kHeadDim}, kPlantedRetrievalGroups, 11);
+
+  // 1. Offline calibration: the probe through every layer, echo and induction scores.
+  const razorkv::probe probe = make_probe(1000, 0);
+  razorkv::head_scores scores(kLayers, kQueryHeads, kKvHeads);
+  auto start = clock_type::now();
+  for (index_t l = 0; l < kLayers; ++l) {
+    const auto layer = razorkv::make_planted_layer(probe, model[static_cast<std::size_t>(l)]);
+    scores.set_layer(l, razorkv::score_from_queries_keys(probe, layer.query_view(), layer.key_view()));
+  }
+  std::printf("1. probe: %ld random tokens x %ld copies + BOS = %ld tokens; scored %ld heads in %.2f s\n",
+              static_cast<long>(probe.num_random_tokens()), static_cast<long>(probe.repeats()),
+              static_cast<long>(probe.length()), static_cast<long>(kLayers * kQueryHeads), seconds_since(start));
+
+  // 2. The plan: top 14% of groups by induction + top 1% by echo, over all layers.
+  const razorkv::head_plan plan = razorkv::select_retrieval_heads(scores, kHeadDim);
+  index_t found = 0;
+  std::printf("2. plan: %ld retrieval groups:", static_cast<long>(plan.num_retrieval()));
+  for (index_t l = 0; l < kLayers; ++l) {
+    for (index_t g : plan.retrieval_heads(l)) {
+      const auto& head = model[static_cast<std::size_t>(l)].query_heads[static_cast<std::size_t>(g * kGroup)];
+      const bool planted = head.components[0].first == razorkv::head_kind::kInduction;
+      found += planted ? 1 : 0;
+      std::printf(" L%ld/kv%ld%s", static_cast<long>(l), static_cast<long>(g), planted ? "" : " (not planted)");
     }
   }
+  std::printf("; %ld of them planted\n", static_cast<long>(found));
 
-  // 1. Exact decode over the dense cache, checked against the double-precision reference.
-  std::vector<float> full = decode(cache, queries);
-  const std::vector<double> reference = razorkv::reference::decode_attention(
-      cache, 0, razorkv::matrix_view<const float>(queries.data(), kQueryHeads, kHeadDim));
-  double worst = 0;
-  for (std::size_t i = 0; i < full.size(); ++i) worst = std::max(worst, std::fabs(full[i] - reference[i]));
-  std::vector<double> times;
-  for (int rep = 0; rep < 25; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    full = decode(cache, queries);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2];
-  std::printf("dense decode: %.3f ms per token (median of %zu), reads %.1f MB of K/V at %.1f GB/s; "
-              "max |error| vs double reference %.2e\n\n",
-              median * 1e3, times.size(), static_cast<double>(cache.size_bytes()) / 1e6,
-              static_cast<double>(cache.size_bytes()) / median / 1e9, worst);
+  // 3. Prefill: the engine's full bfloat16 cache of a long prompt with repeated content.
+  start = clock_type::now();
+  const prompt_state prompt = prefill_prompt(model, tokens);
+  std::printf("3. prefill: %ld tokens (synthesised in %.1f s), full cache %.1f MiB\n", static_cast<long>(prompt.prefill),
+              seconds_since(start), mebibytes(prompt.full.size_bytes()));
 
-  // 2. The same kernel over a windowed view of the cache: 4 sinks + last N/5 tokens, with the
-  // dropped middle folded into one mean token, weighted by its count (RazorAttention),
-  // unweighted, or left out (StreamingLLM-like).
-  const index_t sinks = 4, window = std::max<index_t>(16, tokens / 5);
-  std::printf("non-retrieval head view: %ld sinks + 1 compensation token + %ld recent tokens = %ld of %ld entries (%.1f%%)\n",
-              static_cast<long>(sinks), static_cast<long>(window), static_cast<long>(sinks + 1 + window),
-              static_cast<long>(tokens), 100.0 * static_cast<double>(sinks + 1 + window) / static_cast<double>(tokens));
-  struct variant {
-    const char* name;
-    windowed_view::compensation mode;
-  };
-  for (const variant& v : {variant{"weighted (ln count)", windowed_view::compensation::kWeighted},
-                           variant{"unweighted mean", windowed_view::compensation::kUnweighted},
-                           variant{"none (dropped)", windowed_view::compensation::kNone}}) {
-    const windowed_view view(cache, sinks, window, v.mode);
-    std::printf("  compensation %-20s relative L2 error of the attention output vs full: %.4f\n", v.name,
-                relative_l2(decode(view, queries), full));
+  // 4. Compress with the paper's defaults (N0 = 4, S0 = 4000, C = 5).
+  const razorkv::razor_config config;
+  start = clock_type::now();
+  const razorkv::razor_kv_cache<bf16> compressed = razorkv::compress_cache(prompt.full, plan, config);
+  const double compress_seconds = seconds_since(start);
+  const index_t calculator = razorkv::compressed_kv_bytes(plan, prompt.prefill, config.budget(), sizeof(bf16));
+  std::printf("4. compress: %.1f MiB -> %.1f MiB (ratio %.3f, %.2fx smaller; the calculator says %.1f MiB) in %.0f ms\n"
+              "   non-retrieval heads keep 4 sinks + 1 compensation token + the last %ld tokens\n",
+              mebibytes(compressed.dense_kv_bytes()), mebibytes(compressed.kv_bytes()), compressed.compression_ratio(),
+              1.0 / compressed.compression_ratio(), mebibytes(calculator), compress_seconds * 1e3,
+              static_cast<long>(razorkv::recent_window(prompt.prefill, config.budget())));
+
+  // 5. Decode: the same steps on the full cache and on each compensation mode.
+  razorkv::dense_kv_cache<bf16> full = prompt.full;
+  const auto want = decode_steps(full, prompt);
+  std::printf("5. decode %ld tokens; relative L2 error of each layer's attention output vs the full cache:\n",
+              static_cast<long>(kDecodeSteps));
+  std::printf("   compensation   ");
+  for (index_t l = 0; l < kLayers; ++l) std::printf("  layer %ld", static_cast<long>(l));
+  std::printf("     all   held\n");
+  for (razorkv::compensation_mode mode :
+       {razorkv::compensation_mode::kWeighted, razorkv::compensation_mode::kUnweighted, razorkv::compensation_mode::kNone}) {
+    razorkv::razor_config variant = config;
+    variant.compensation = mode;
+    razorkv::razor_kv_cache<bf16> cache = razorkv::compress_cache(prompt.full, plan, variant);
+    const auto got = decode_steps(cache, prompt);
+    std::printf("   %-15s", razorkv::compensation_mode_name(mode));
+    std::vector<float> all_got, all_want;
+    for (index_t l = 0; l < kLayers; ++l) {
+      std::vector<float> layer_got, layer_want;
+      for (index_t s = 0; s < kDecodeSteps; ++s) {
+        const auto& g = got[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)];
+        const auto& w = want[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)];
+        layer_got.insert(layer_got.end(), g.begin(), g.end());
+        layer_want.insert(layer_want.end(), w.begin(), w.end());
+      }
+      std::printf("  %7.4f", relative_l2(layer_got, layer_want));
+      all_got.insert(all_got.end(), layer_got.begin(), layer_got.end());
+      all_want.insert(all_want.end(), layer_want.begin(), layer_want.end());
+    }
+    std::printf("  %6.4f  %.1f MiB\n", relative_l2(all_got, all_want), mebibytes(cache.kv_bytes()));
   }
-  std::printf("\nWhich heads keep their full cache is decided offline: see razorkv_calibrate_synthetic and the razorkv CLI.\n");
+
+  const double dense_step = median_step_seconds(prompt.full, prompt);
+  const double razor_step = median_step_seconds(compressed, prompt);
+  std::printf("\n   decode attention for one token over all %ld layers (median of 15): full %.2f ms, razor %.2f ms (%.2fx)\n",
+              static_cast<long>(kLayers), dense_step * 1e3, razor_step * 1e3, dense_step / razor_step);
+  std::printf("\nweighted is the paper's compensation token (its logit gets + ln count); unweighted is the mean token\n"
+              "alone; none drops the middle of the context (StreamingLLM-like). See README.md for the API.\n");
   return 0;
 }

@@ -32,3 +32,4 @@
 #include "razorkv/select/kv_budget.hpp"
 
 #include "razorkv/synthetic/planted_heads.hpp"
+#include "razorkv/synthetic/planted_model.hpp"

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -183,7 +182,9 @@ class razor_kv_cache {
   void compress_layer(index_t layer, const any_layer_view& keys, const any_layer_view& values,
                       const parallel_for_fn& parallel_for = {}) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
-    compress_checked(layer, keys.as<T>(kWhere, "keys"), values.as<T>(kWhere, "values"), parallel_for);
+    const layer_view<const T> typed_keys = keys.as<T>(kWhere, "keys");
+    const layer_view<const T> typed_values = values.as<T>(kWhere, "values");
+    compress_checked(layer, typed_keys, typed_values, parallel_for);
   }
 
   /// The contract's append: adds keys.tokens() new tokens ([tokens, num_kv_heads, head_dim], any
@@ -230,13 +231,18 @@ class razor_kv_cache {
   // --- The KV-cache contract -------------------------------------------------------------
 
   index_t num_spans(index_t layer, index_t kv_head) const {
-    return spans_of(head_at(layer, kv_head, "razor_kv_cache::num_spans")).count;
+    index_t count = 0;
+    for_each_span(head_at(layer, kv_head, "razor_kv_cache::num_spans"), [&](const kv_span<T>&) { ++count; });
+    return count;
   }
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
-    const span_list list = spans_of(head_at(layer, kv_head, "razor_kv_cache::span"));
-    RAZORKV_CHECK(i >= 0 && i < list.count, kOutOfRange, "razor_kv_cache::span: span (", i, ") outside [0, ",
-                  list.count, ")");
-    return list.spans[static_cast<std::size_t>(i)];
+    kv_span<T> found;
+    index_t count = 0;
+    for_each_span(head_at(layer, kv_head, "razor_kv_cache::span"), [&](const kv_span<T>& s) {
+      if (count++ == i) found = s;
+    });
+    RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "razor_kv_cache::span: span (", i, ") outside [0, ", count, ")");
+    return found;
   }
 
   // --- Inspection and memory accounting ----------------------------------------------------
@@ -322,10 +328,6 @@ class razor_kv_cache {
     index_t tokens = 0;
     bool compressed = false;
   };
-  struct span_list {
-    std::array<kv_span<T>, 4> spans;
-    index_t count = 0;
-  };
 
   const layer_storage& layer_at(index_t layer, const char* where) const {
     RAZORKV_CHECK(layer >= 0 && layer < num_layers(), kOutOfRange, where, ": layer (", layer, ") outside [0, ",
@@ -344,24 +346,24 @@ class razor_kv_cache {
     return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
   }
 
-  span_list spans_of(const head_state& head) const {
-    span_list list;
-    const auto add = [&](const detail::head_rows<T>& rows, index_t first, index_t count, float log_weight) {
-      if (count > 0) list.spans[static_cast<std::size_t>(list.count++)] = {rows.keys(first, count), rows.values(first, count), log_weight};
+  // Calls f(span) for the head's spans in order: sinks, compensation token, recent rows oldest
+  // first ([start, capacity) then [0, wrapped) for a wrapped ring); empty parts are skipped.
+  template <class F>
+  void for_each_span(const head_state& head, F&& f) const {
+    const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count, float log_weight) {
+      if (count > 0) f(kv_span<T>{rows.keys(first, count), rows.values(first, count), log_weight});
     };
-    add(head.sinks, 0, head.sinks.rows(), 0.0f);
+    part(head.sinks, 0, head.sinks.rows(), 0.0f);
     if (head.mean.rows() > 0) {
       const float log_weight = config_.compensation == compensation_mode::kWeighted
                                    ? static_cast<float>(std::log(static_cast<double>(head.dropped)))
                                    : 0.0f;
-      add(head.mean, 0, 1, log_weight);
+      part(head.mean, 0, 1, log_weight);
     }
-    // The recent rows, oldest first: [start, capacity) then [0, wrapped) for a wrapped ring.
     const index_t rows = head.recent.rows(), start = head.ring_start;
     const index_t first_part = std::min(rows, head.recent.capacity() - start);
-    add(head.recent, start, first_part, 0.0f);
-    add(head.recent, 0, rows - first_part, 0.0f);
-    return list;
+    part(head.recent, start, first_part, 0.0f);
+    part(head.recent, 0, rows - first_part, 0.0f);
   }
 
   void check_layer_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {

@@ -3,6 +3,7 @@
 // through Q/K geometry so that scorers and caches are tested on real softmaxes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -117,8 +118,13 @@ inline planted_layer make_planted_layer(const probe& the_probe, const planted_la
   layer.values.assign(layer.keys.size(), 0.0f);
   const double root_dim = std::sqrt(static_cast<double>(dim));
   const double pi = 3.14159265358979323846;
+  // Geometrically spaced frequencies from pi / (window * F) to pi / window. Evenly spaced ones
+  // would all realign every 2 * window * F tokens and make kLocal heads read that far back as
+  // strongly as their own neighbourhood; with irrational ratios the code never realigns.
   const auto frequency = [&](index_t f) {
-    return pi / static_cast<double>(config.local_window) * static_cast<double>(f + 1) / static_cast<double>(frequencies);
+    const double span = static_cast<double>(std::max<index_t>(frequencies - 1, 1));
+    return pi / static_cast<double>(config.local_window) *
+           std::pow(static_cast<double>(frequencies), -static_cast<double>(frequencies - 1 - f) / span);
   };
 
   for (index_t kv = 0; kv < config.num_kv_heads; ++kv) {

@@ -1,0 +1,123 @@
+// razorkv/synthetic/planted_model.hpp: synthetic multi-layer models, each layer a random mix of
+// planted heads (mostly local, sink and uniform heads, a few echo and induction heads).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "razorkv/config.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/error.hpp"
+#include "razorkv/synthetic/planted_heads.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// The shape of a synthetic model.
+struct planted_model_shape {
+  index_t num_layers = 6;
+  index_t num_query_heads = 16;
+  index_t num_kv_heads = 4;
+  index_t head_dim = 64;
+};
+
+/// One layer of a synthetic model: each query head draws its behaviour from `rng` (1 in 10 an
+/// echo head, 2 in 10 an induction head (one of them mixed with a local component), 1 in 10
+/// each previous-token, sink and uniform, the rest local heads with a sink component), with a
+/// random strength in [2, 12] and query noise 0.2. `seed` seeds the layer's codes and values.
+inline planted_layer_config random_planted_layer(std::mt19937_64& rng, std::uint64_t seed,
+                                                 const planted_model_shape& shape) {
+  RAZORKV_CHECK(shape.num_kv_heads > 0 && shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0,
+                kShapeMismatch, "random_planted_layer: num_query_heads (", shape.num_query_heads,
+                ") must be a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
+  planted_layer_config config;
+  config.num_kv_heads = shape.num_kv_heads;
+  config.head_dim = shape.head_dim;
+  config.seed = seed;
+  std::uniform_real_distribution<double> strength(2.0, 12.0);
+  std::uniform_int_distribution<int> kind(0, 9);
+  for (index_t h = 0; h < shape.num_query_heads; ++h) {
+    planted_head head;
+    switch (kind(rng)) {
+      case 0: head.components = {{head_kind::kEcho, strength(rng)}}; break;
+      case 1: head.components = {{head_kind::kInduction, strength(rng)}}; break;
+      case 2: head.components = {{head_kind::kInduction, strength(rng)}, {head_kind::kLocal, 3.0}}; break;
+      case 3: head.components = {{head_kind::kPreviousToken, strength(rng)}}; break;
+      case 4: head.components = {{head_kind::kSink, strength(rng)}}; break;
+      case 5: head.components = {{head_kind::kUniform, 0.0}}; break;
+      default: head.components = {{head_kind::kLocal, strength(rng)}, {head_kind::kSink, 2.0}}; break;
+    }
+    head.noise = 0.2;
+    config.query_heads.push_back(head);
+  }
+  return config;
+}
+
+/// Every layer of a synthetic model, drawn in order from one generator seeded with `seed`;
+/// layer l's codes use seed `100 + l`.
+inline std::vector<planted_layer_config> random_planted_model(const planted_model_shape& shape, std::uint64_t seed) {
+  RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, "random_planted_model: num_layers (", shape.num_layers,
+                ") must be > 0");
+  std::mt19937_64 rng(seed);
+  std::vector<planted_layer_config> layers;
+  for (index_t l = 0; l < shape.num_layers; ++l) {
+    layers.push_back(random_planted_layer(rng, static_cast<std::uint64_t>(100 + l), shape));
+  }
+  return layers;
+}
+
+/// A model with RazorAttention's premise built in: exactly `retrieval_groups` of its
+/// num_layers x num_kv_heads GQA groups, drawn at random, hold an induction head (strength 6 to
+/// 12, and half of them an echo head too); every other query head reads locally or broadly: a
+/// local head with a sink component (1 in 2), a sink head, a previous-token head, or a uniform
+/// head (1 in 6 each). Layer l's codes use seed `seed + 100 + l`.
+inline std::vector<planted_layer_config> sparse_retrieval_model(const planted_model_shape& shape,
+                                                                index_t retrieval_groups, std::uint64_t seed) {
+  RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, "sparse_retrieval_model: num_layers (", shape.num_layers,
+                ") must be > 0");
+  RAZORKV_CHECK(shape.num_kv_heads > 0 && shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0,
+                kShapeMismatch, "sparse_retrieval_model: num_query_heads (", shape.num_query_heads,
+                ") must be a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
+  const index_t groups = shape.num_layers * shape.num_kv_heads;
+  RAZORKV_CHECK(retrieval_groups >= 0 && retrieval_groups <= groups, kInvalidArgument,
+                "sparse_retrieval_model: retrieval_groups (", retrieval_groups, ") must be in [0, ", groups, "]");
+  std::mt19937_64 rng(seed);
+  std::vector<char> holds_retrieval(static_cast<std::size_t>(groups), 0);
+  std::fill(holds_retrieval.begin(), holds_retrieval.begin() + retrieval_groups, 1);
+  std::shuffle(holds_retrieval.begin(), holds_retrieval.end(), rng);
+
+  std::uniform_real_distribution<double> strength(6.0, 12.0);
+  std::uniform_int_distribution<int> kind(0, 5);
+  const index_t group_size = shape.num_query_heads / shape.num_kv_heads;
+  std::vector<planted_layer_config> layers;
+  for (index_t l = 0; l < shape.num_layers; ++l) {
+    planted_layer_config config;
+    config.num_kv_heads = shape.num_kv_heads;
+    config.head_dim = shape.head_dim;
+    config.seed = seed + 100 + static_cast<std::uint64_t>(l);
+    for (index_t h = 0; h < shape.num_query_heads; ++h) {
+      planted_head head;
+      head.noise = 0.2;
+      const index_t g = h / group_size, member = h % group_size;
+      const bool retrieval_group = holds_retrieval[static_cast<std::size_t>(l * shape.num_kv_heads + g)] != 0;
+      if (retrieval_group && member == 0) {
+        head.components = {{head_kind::kInduction, strength(rng)}};
+      } else if (retrieval_group && member == 1 && group_size > 1 && rng() % 2 == 0) {
+        head.components = {{head_kind::kEcho, strength(rng)}};
+      } else {
+        switch (kind(rng)) {
+          case 0: head.components = {{head_kind::kSink, 4.0}}; break;
+          case 1: head.components = {{head_kind::kPreviousToken, 16.0}}; break;
+          case 2: head.components = {{head_kind::kUniform, 0.0}}; break;
+          default: head.components = {{head_kind::kLocal, 8.0}, {head_kind::kSink, 2.0}}; break;
+        }
+      }
+      config.query_heads.push_back(head);
+    }
+    layers.push_back(std::move(config));
+  }
+  return layers;
+}
+
+RAZORKV_END_NAMESPACE
