@@ -13,11 +13,16 @@ static_assert(std::is_trivially_copyable_v<razorkv::matrix_view<const Eigen::hal
 static_assert(std::is_trivially_copyable_v<razorkv::layer_view<Eigen::bfloat16>>);
 static_assert(std::is_trivially_copyable_v<razorkv::layer_view<const double>>);
 static_assert(std::is_trivially_copyable_v<razorkv::kv_span<float>>);
+static_assert(std::is_trivially_copyable_v<razorkv::any_layer_view>);
 
 static_assert(razorkv::is_kv_cache_v<razorkv::dense_kv_cache<float>>);
 static_assert(razorkv::is_kv_cache_v<razorkv::dense_kv_cache<double>>);
 static_assert(razorkv::is_kv_cache_v<razorkv::dense_kv_cache<Eigen::half>>);
 static_assert(razorkv::is_kv_cache_v<const razorkv::dense_kv_cache<Eigen::bfloat16>>);
+static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<float>>);
+static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<double>>);
+static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<Eigen::half>>);
+static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<Eigen::bfloat16>>);
 
 // Has everything but append: not a cache.
 struct read_only_cache {
@@ -40,6 +45,7 @@ static_assert(!razorkv::is_kv_cache_v<int>);
 
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
 static_assert(razorkv::kv_cache<razorkv::dense_kv_cache<float>>);
+static_assert(razorkv::kv_cache<razorkv::razor_kv_cache<Eigen::bfloat16>>);
 static_assert(!razorkv::kv_cache<read_only_cache>);
 #endif
 

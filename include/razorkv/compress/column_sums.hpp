@@ -14,7 +14,7 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// Columns handled per pass; 16-bit rows are widened into a float scratch of
+// Rows per block, and columns per pass: 16-bit rows are widened into a float scratch of
 // kWidenRowsForSum x kSumColumns (16 KB), so any head_dim works with a stack buffer.
 inline constexpr index_t kSumColumns = 256;
 inline constexpr index_t kWidenRowsForSum = 16;
@@ -69,10 +69,17 @@ template <class T>
 void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT sums) noexcept {
   const index_t count = rows.rows(), dim = rows.cols();
   if (count == 0) return;
-  if constexpr (std::is_same_v<T, double>) {
-    add_double_rows(rows.data(), count, rows.row_stride(), dim, sums);
-  } else if constexpr (std::is_same_v<T, float>) {
-    add_float_rows(rows.data(), count, rows.row_stride(), dim, sums);
+  // Blocks of rows, so that the column passes of a block hit L1: one column pass over all
+  // rows at once would stream the whole span from memory once per vector of columns.
+  if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+    for (index_t r0 = 0; r0 < count; r0 += kWidenRowsForSum) {
+      const index_t block = std::min(kWidenRowsForSum, count - r0);
+      if constexpr (std::is_same_v<T, double>) {
+        add_double_rows(rows.row(r0), block, rows.row_stride(), dim, sums);
+      } else {
+        add_float_rows(rows.row(r0), block, rows.row_stride(), dim, sums);
+      }
+    }
   } else {
     alignas(64) float scratch[kWidenRowsForSum * kSumColumns];
     for (index_t c0 = 0; c0 < dim; c0 += kSumColumns) {
