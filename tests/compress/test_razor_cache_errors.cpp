@@ -85,7 +85,7 @@ TEST(RazorkvRazorCacheErrors, BadConfigurationsNameTheField) {
   RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.decode = static_cast<decode_mode>(9); }))),
                        kInvalidArgument, "decode (9)");
   RAZORKV_EXPECT_ERROR(razor_config::fixed_capacity(5, 4), kInvalidArgument, "capacity (5)");
-  // S0 = 0 is fine with C >= 1, and C = 0 is fine when a fixed window decides.
+  // S0 = 0 is fine with C >= 1.
   EXPECT_NO_THROW((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.s0 = 0; }))));
 }
 
