@@ -578,6 +578,45 @@ TEST(RazorkvRazorCacheParallel, HookRunsEveryHeadOnce) {
   }
 }
 
+// clear() keeps the buffers: compressing another sequence of no more tokens allocates nothing
+// and gives exactly what a new cache gives, whatever state (wrapped rings, grown windows) the
+// previous sequence left.
+TEST(RazorkvRazorCacheValue, ClearReusesBuffersAndRecompressesExactly) {
+  std::mt19937_64 rng(14);
+  const index_t heads = 3, dim = 8;
+  const layer_tokens<float> first = random_tokens<float>(500, heads, dim, rng);
+  const layer_tokens<float> second = random_tokens<float>(300, heads, dim, rng);
+  for (decode_mode decode : {decode_mode::kAppend, decode_mode::kBounded}) {
+    SCOPED_TRACE(razorkv::decode_mode_name(decode));
+    razor_config config;
+    config.s0 = 20;
+    config.decode = decode;
+    const head_plan plan = plan_with(1, heads, heads, dim, {{0, 1}});
+    razor_kv_cache<float> reused(plan, config);
+    reused.compress_layer(0, first.key_view(0, 400), first.value_view(0, 400));
+    reused.append(0, first.key_view(400, 100), first.value_view(400, 100));
+    const index_t allocated = reused.allocated_bytes();
+    reused.clear();
+    EXPECT_FALSE(reused.is_compressed(0));
+    EXPECT_EQ(reused.num_spans(0, 0), 0);
+    EXPECT_EQ(reused.kv_bytes(), 0);
+    reused.compress_layer(0, second.key_view(), second.value_view());
+    EXPECT_EQ(reused.allocated_bytes(), allocated);
+    razor_kv_cache<float> fresh(plan, config);
+    fresh.compress_layer(0, second.key_view(), second.value_view());
+    for (index_t h = 0; h < heads; ++h) {
+      const auto a = entries_of(reused, 0, h), b = entries_of(fresh, 0, h);
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t e = 0; e < a.size(); ++e) {
+        ASSERT_EQ(a[e].key, b[e].key);
+        ASSERT_EQ(a[e].value, b[e].value);
+        ASSERT_EQ(a[e].log_weight, b[e].log_weight);
+      }
+      EXPECT_EQ(reused.compensation(0, h).count, fresh.compensation(0, h).count);
+    }
+  }
+}
+
 // Copies are deep: appending to one leaves the other as it was.
 TEST(RazorkvRazorCacheValue, CopiesAreIndependent) {
   std::mt19937_64 rng(13);

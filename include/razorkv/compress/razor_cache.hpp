@@ -228,6 +228,20 @@ class razor_kv_cache {
     l.tokens = total;
   }
 
+  /// Empties `layer` (it reads as uncompressed again) but keeps its buffers, so that the next
+  /// compress_layer of a sequence no longer than this one allocates nothing: an engine that
+  /// serves request after request from one cache per slot pays for fresh pages only once.
+  /// Destroy or reassign the cache to give the memory back.
+  void clear(index_t layer) {
+    layer_storage& l = layer_at(layer, "razor_kv_cache::clear");
+    l.tokens = 0;
+    l.compressed = false;
+  }
+  /// clear(layer) for every layer.
+  void clear() {
+    for (index_t l = 0; l < num_layers(); ++l) clear(l);
+  }
+
   // --- The KV-cache contract -------------------------------------------------------------
 
   index_t num_spans(index_t layer, index_t kv_head) const {
@@ -315,7 +329,7 @@ class razor_kv_cache {
  private:
   struct head_state {
     bool retrieval = false;
-    index_t window = 0;              // L_h; in bounded mode the ring's capacity (>= 1)
+    index_t window = 0;              // L_h; in bounded mode the ring's size (>= 1)
     detail::head_rows<T> sinks;      // [N0, dim] (non-retrieval heads)
     detail::head_rows<T> recent;     // retrieval: every token; else the window, a ring in bounded mode
     index_t ring_start = 0;          // bounded mode: the ring row holding the oldest token
@@ -360,8 +374,9 @@ class razor_kv_cache {
                                    : 0.0f;
       part(head.mean, 0, 1, log_weight);
     }
+    // Only a bounded head's ring (whose size is its window) ever starts past row 0.
     const index_t rows = head.recent.rows(), start = head.ring_start;
-    const index_t first_part = std::min(rows, head.recent.capacity() - start);
+    const index_t first_part = start == 0 ? rows : std::min(rows, head.window - start);
     part(head.recent, start, first_part, 0.0f);
     part(head.recent, 0, rows - first_part, 0.0f);
   }
@@ -393,7 +408,18 @@ class razor_kv_cache {
     const bool compensate = config_.compensation != compensation_mode::kNone;
     const bool bounded = config_.decode == decode_mode::kBounded;
 
-    // Allocate every head first (this may throw; the cache is untouched until the end).
+    // Allocate every head first (this may throw; the layer reads as uncompressed until the
+    // end), reusing the buffers a cleared layer kept where they are large enough.
+    std::vector<head_state> kept = std::move(target.heads);
+    kept.resize(static_cast<std::size_t>(num_kv_heads()));
+    const auto rows_for = [&](detail::head_rows<T>& old, index_t needed) {
+      if (old.capacity() >= needed && needed > 0) {
+        detail::head_rows<T> reused = std::move(old);
+        reused.set_rows(0);
+        return reused;
+      }
+      return detail::head_rows<T>(needed, dim);
+    };
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     struct head_job {
       index_t head, keep_recent, dropped;
@@ -401,25 +427,27 @@ class razor_kv_cache {
     std::vector<head_job> jobs;
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
+      head_state& old = kept[static_cast<std::size_t>(h)];
       head.retrieval = plan_.is_retrieval(layer, h);
       if (head.retrieval) {
-        head.recent = detail::head_rows<T>(detail::checked_add(tokens, config_.decode_reserve, kWhere), dim);
+        head.recent = rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
         jobs.push_back({h, tokens, 0});
         continue;
       }
       head.window = recent_window(tokens, budget, plan_.buffer_override(layer, h));
       const index_t keep_recent = std::min(tokens - config_.sinks, head.window);
       const index_t dropped = tokens - config_.sinks - keep_recent;
-      head.sinks = detail::head_rows<T>(config_.sinks, dim);
+      head.sinks = rows_for(old.sinks, config_.sinks);
       if (bounded) {
         head.window = std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
-        head.recent = detail::head_rows<T>(head.window, dim);
+        head.recent = rows_for(old.recent, head.window);
       } else {
-        head.recent = detail::head_rows<T>(detail::checked_add(keep_recent, config_.decode_reserve, kWhere), dim);
+        head.recent = rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
       }
       if (compensate) {
+        head.sums = std::move(old.sums);
         head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
-        head.mean = detail::head_rows<T>(1, dim);
+        head.mean = rows_for(old.mean, 1);
       }
       jobs.push_back({h, keep_recent, dropped});
     }
@@ -469,7 +497,7 @@ class razor_kv_cache {
   void slide_window(head_state& head, const matrix_view<const T>& new_keys,
                     const matrix_view<const T>& new_values) const noexcept {
     detail::head_rows<T>& ring = head.recent;
-    const index_t capacity = ring.capacity(), held = ring.rows(), added = new_keys.rows();
+    const index_t capacity = head.window, held = ring.rows(), added = new_keys.rows();
     const index_t evicted = std::max<index_t>(0, held + added - capacity);
     const index_t from_ring = std::min(held, evicted), from_new = evicted - from_ring;
     const bool compensate = !head.sums.empty();
