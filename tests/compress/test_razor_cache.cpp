@@ -555,6 +555,72 @@ TYPED_TEST(RazorkvRazorCache, ReadsEngineLayoutsInPlace) {
   }
 }
 
+// An engine's paged prefill behind the generic contract (pages of random length with padded
+// rows) compresses to exactly what the contiguous prefill gives.
+TYPED_TEST(RazorkvRazorCache, CompressesAPagedPrefillThroughTheContract) {
+  using T = TypeParam;
+  std::mt19937_64 rng(15);
+  const index_t heads = 3, dim = 9, tokens = 257;
+  const layer_tokens<T> source = random_tokens<T>(tokens, heads, dim, rng);
+  razorkv_test::span_list_cache<T> paged(heads, dim);
+  for (index_t h = 0; h < heads; ++h) {
+    std::vector<T> k, v;
+    for (index_t first = 0; first < tokens;) {
+      const index_t page = std::min<index_t>(tokens - first, 1 + static_cast<index_t>(rng() % 40));
+      k.clear();
+      v.clear();
+      for (index_t t = first; t < first + page; ++t) {
+        k.insert(k.end(), source.key(t, h), source.key(t, h) + dim);
+        v.insert(v.end(), source.value(t, h), source.value(t, h) + dim);
+      }
+      paged.add_span(h, k.data(), v.data(), page, 0.0f, static_cast<index_t>(rng() % 3));
+      if (rng() % 4 == 0) paged.add_span(h, nullptr, nullptr, 0);
+      first += page;
+    }
+  }
+  for (decode_mode decode : {decode_mode::kAppend, decode_mode::kBounded}) {
+    razor_config config;
+    config.sinks = 5;
+    config.s0 = 30;
+    config.decode = decode;
+    const head_plan plan = plan_with(1, heads, heads, dim, {{0, 2}});
+    razor_kv_cache<T> from_pages(plan, config), from_view(plan, config);
+    from_pages.compress_layer(0, paged);
+    from_view.compress_layer(0, source.key_view(), source.value_view());
+    for (index_t h = 0; h < heads; ++h) {
+      const auto a = entries_of(from_pages, 0, h), b = entries_of(from_view, 0, h);
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t e = 0; e < a.size(); ++e) {
+        ASSERT_EQ(a[e].key, b[e].key) << "head " << h << " entry " << e;
+        ASSERT_EQ(a[e].value, b[e].value) << "head " << h << " entry " << e;
+        ASSERT_EQ(a[e].log_weight, b[e].log_weight);
+      }
+    }
+  }
+  // A compressed cache is not a prefill.
+  razorkv_test::span_list_cache<T> weighted(heads, dim);
+  for (index_t h = 0; h < heads; ++h) weighted.add_span(h, source.key(0, h), source.value(0, h), 1, 2.0f);
+  razor_config config;
+  config.sinks = 0;
+  razor_kv_cache<T> cache(plan_with(1, heads, heads, dim, {}), config);
+  try {
+    cache.compress_layer(0, weighted);
+    ADD_FAILURE() << "expected an error";
+  } catch (const razorkv::error& e) {
+    EXPECT_NE(std::string(e.what()).find("has log_weight (2)"), std::string::npos) << e.what();
+  }
+  // Heads holding different numbers of tokens.
+  razorkv_test::span_list_cache<T> ragged(heads, dim);
+  for (index_t h = 0; h < heads; ++h) ragged.add_span(h, source.keys.data(), source.values.data(), 1 + h);
+  try {
+    cache.compress_layer(0, ragged);
+    ADD_FAILURE() << "expected an error";
+  } catch (const razorkv::error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv head 1 of the prefill holds 2 tokens, kv head 0 holds 1"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(cache.is_compressed(0));
+}
+
 // A caller's parallel-for hook runs the per-head work; the result does not depend on it.
 TEST(RazorkvRazorCacheParallel, HookRunsEveryHeadOnce) {
   std::mt19937_64 rng(10);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -176,7 +177,14 @@ class razor_kv_cache {
   /// OpenMP when compiled with it).
   void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
                       const parallel_for_fn& parallel_for = {}) {
-    compress_checked(layer, keys, values, parallel_for);
+    constexpr const char* kWhere = "razor_kv_cache::compress_layer";
+    check_layer_views(keys, values, kWhere);
+    std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      heads[static_cast<std::size_t>(h)].keys.push_back(keys.head(h));
+      heads[static_cast<std::size_t>(h)].values.push_back(values.head(h));
+    }
+    compress_checked(layer, keys.tokens(), heads, parallel_for);
   }
   /// The same for K/V whose dtype is known at run time; a dtype other than T is an error.
   void compress_layer(index_t layer, const any_layer_view& keys, const any_layer_view& values,
@@ -184,7 +192,44 @@ class razor_kv_cache {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     const layer_view<const T> typed_keys = keys.as<T>(kWhere, "keys");
     const layer_view<const T> typed_values = values.as<T>(kWhere, "values");
-    compress_checked(layer, typed_keys, typed_values, parallel_for);
+    compress_layer(layer, typed_keys, typed_values, parallel_for);
+  }
+  /// The same from any cache that satisfies the KV-cache contract and holds the uncompressed
+  /// prefill, such as an engine's paged cache behind an adapter (one span per page): layer
+  /// `layer` of `prefill` is read span by span, in place. Every head must hold the same tokens
+  /// in spans of log-weight 0.
+  template <class Cache, class = std::enable_if_t<is_kv_cache_v<Cache>>>
+  void compress_layer(index_t layer, const Cache& prefill, const parallel_for_fn& parallel_for = {}) {
+    static_assert(std::is_same_v<typename Cache::value_type, T>,
+                  "razor_kv_cache::compress_layer: the prefill cache stores another dtype");
+    constexpr const char* kWhere = "razor_kv_cache::compress_layer";
+    check_layer(prefill, layer, kWhere);
+    RAZORKV_CHECK(prefill.num_kv_heads() == num_kv_heads() && prefill.head_dim() == head_dim(), kShapeMismatch,
+                  kWhere, ": the prefill cache has ", prefill.num_kv_heads(), " kv heads of dim ", prefill.head_dim(),
+                  ", this cache ", num_kv_heads(), " of dim ", head_dim());
+    std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
+    index_t tokens = -1;
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      token_pieces& pieces = heads[static_cast<std::size_t>(h)];
+      index_t held = 0;
+      for (index_t i = 0; i < prefill.num_spans(layer, h); ++i) {
+        const kv_span<T> span = prefill.span(layer, h, i);
+        RAZORKV_CHECK(span.log_weight == 0.0f, kInvalidArgument, kWhere, ": span ", i, " of kv head ", h,
+                      " has log_weight (", span.log_weight, "); the prefill must be uncompressed");
+        RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim() &&
+                          span.values.cols() == head_dim(),
+                      kShapeMismatch, kWhere, ": span ", i, " of kv head ", h, " has keys [", span.keys.rows(), ", ",
+                      span.keys.cols(), "] and values [", span.values.rows(), ", ", span.values.cols(), "]");
+        if (span.length() == 0) continue;
+        pieces.keys.push_back(span.keys);
+        pieces.values.push_back(span.values);
+        held += span.length();
+      }
+      RAZORKV_CHECK(tokens < 0 || held == tokens, kShapeMismatch, kWhere, ": kv head ", h, " of the prefill holds ",
+                    held, " tokens, kv head 0 holds ", tokens);
+      tokens = held;
+    }
+    compress_checked(layer, tokens, heads, parallel_for);
   }
 
   /// The contract's append: adds keys.tokens() new tokens ([tokens, num_kv_heads, head_dim], any
@@ -394,13 +439,33 @@ class razor_kv_cache {
                   ") != values.tokens() (", values.tokens(), ")");
   }
 
-  void compress_checked(index_t layer, const layer_view<const T>& keys, const layer_view<const T>& values,
+  // One head's prefill as contiguous pieces, oldest first: one piece for a layer view, one per
+  // span (page) for a cache.
+  struct token_pieces {
+    std::vector<matrix_view<const T>> keys, values;  // [pieces], row counts equal pairwise
+  };
+
+  // Calls f(keys, values) on the parts of the pieces that cover rows [first, first + count).
+  template <class F>
+  static void for_rows(const token_pieces& pieces, index_t first, index_t count, F&& f) {
+    index_t start = 0;  // first row of the current piece
+    for (std::size_t p = 0; p < pieces.keys.size() && count > 0; ++p) {
+      const index_t rows = pieces.keys[p].rows();
+      if (first < start + rows) {
+        const index_t offset = first - start, take = std::min(count, rows - offset);
+        f(pieces.keys[p].middle_rows(offset, take), pieces.values[p].middle_rows(offset, take));
+        first += take;
+        count -= take;
+      }
+      start += rows;
+    }
+  }
+
+  void compress_checked(index_t layer, index_t tokens, const std::vector<token_pieces>& sources,
                         const parallel_for_fn& parallel_for) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     layer_storage& target = layer_at(layer, kWhere);
     RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
-    check_layer_views(keys, values, kWhere);
-    const index_t tokens = keys.tokens();
     RAZORKV_CHECK(config_.sinks <= tokens, kInvalidArgument, kWhere, ": sinks (", config_.sinks,
                   ") exceeds the prefill's tokens (", tokens, ") in layer ", layer);
     const index_t dim = head_dim();
@@ -459,23 +524,26 @@ class razor_kv_cache {
     detail::run_parallel(parallel_for, static_cast<index_t>(jobs.size()), [&](index_t j) {
       const head_job& job = jobs[static_cast<std::size_t>(j)];
       head_state& head = heads[static_cast<std::size_t>(job.head)];
-      const matrix_view<const T> k = keys.head(job.head), v = values.head(job.head);
+      const token_pieces& source = sources[static_cast<std::size_t>(job.head)];
+      const auto copy_into = [&](detail::head_rows<T>& rows, index_t first, index_t count) {
+        for_rows(source, first, count, [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+          rows.write(rows.rows(), k, v);
+          rows.set_rows(rows.rows() + k.rows());
+        });
+      };
       const index_t sinks = head.retrieval ? 0 : config_.sinks;
-      if (sinks > 0) {
-        head.sinks.write(0, k.middle_rows(0, sinks), v.middle_rows(0, sinks));
-        head.sinks.set_rows(sinks);
-      }
+      copy_into(head.sinks, 0, sinks);
       if (job.dropped > 0) {
         head.dropped = job.dropped;
         if (compensate) {
-          detail::add_rows_to_sums(k.middle_rows(sinks, job.dropped), head.sums.data());
-          detail::add_rows_to_sums(v.middle_rows(sinks, job.dropped), head.sums.data() + dim);
+          for_rows(source, sinks, job.dropped, [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+            detail::add_rows_to_sums(k, head.sums.data());
+            detail::add_rows_to_sums(v, head.sums.data() + dim);
+          });
           refresh_mean(head);
         }
       }
-      const index_t first_recent = tokens - job.keep_recent;
-      head.recent.write(0, k.middle_rows(first_recent, job.keep_recent), v.middle_rows(first_recent, job.keep_recent));
-      head.recent.set_rows(job.keep_recent);
+      copy_into(head.recent, tokens - job.keep_recent, job.keep_recent);
     });
 
     target.heads = std::move(heads);
