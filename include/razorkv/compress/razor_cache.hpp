@@ -235,7 +235,8 @@ class razor_kv_cache {
   /// The contract's append: adds keys.tokens() new tokens ([tokens, num_kv_heads, head_dim], any
   /// layout, not pointing into this cache) to every head of a compressed layer. Retrieval heads
   /// and, in append mode, every head keep them; in bounded mode a non-retrieval head's window
-  /// slides and the tokens leaving it are folded into its compensation token. On error
+  /// slides and the tokens leaving it are folded into its compensation token (so a
+  /// decode_attention_multi over k new tokens needs k <= the smallest window). On error
   /// (including a failed allocation) nothing changes.
   void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
     constexpr const char* kWhere = "razor_kv_cache::append";
