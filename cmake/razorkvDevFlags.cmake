@@ -12,8 +12,9 @@ function(razorkv_dev_target target)
     endif()
     if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND RAZORKV_NATIVE_ARCH)
       # GCC 12's avx512fintrin.h reads _mm512_undefined_ps() (a self-initialised value) and
-      # warns about it inside Eigen's and razorkv's AVX-512 code; the warning is GCC's, not ours.
-      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+      # warns about it inside Eigen's and razorkv's AVX-512 code (as maybe-uninitialized, and at
+      # -O2 with Eigen's vectorised exp as uninitialized); the warning is GCC's, not ours.
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
     endif()
   endif()
   if(RAZORKV_NATIVE_ARCH)

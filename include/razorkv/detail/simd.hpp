@@ -121,6 +121,9 @@ struct simd<double> {
 
 template <class Acc>
 using simd_t = typename simd<Acc>::type;
+// The bits of one float vector's worth of bfloat16 values, and of the widened floats.
+typedef std::uint16_t simd_bf16_bits_t __attribute__((vector_size(kVectorBytes / 2)));
+typedef std::uint32_t simd_u32_t __attribute__((vector_size(kVectorBytes)));
 template <class Acc>
 inline constexpr int simd_lanes = kVectorBytes / static_cast<int>(sizeof(Acc));
 
@@ -171,6 +174,58 @@ inline simd_t<Acc> simd_load(const Acc* p) noexcept {
 template <class Acc>
 inline void simd_store(Acc* p, simd_t<Acc> v) noexcept {
   std::memcpy(p, &v, sizeof(v));
+}
+
+// Whether half rows widen in registers (AVX-512F, or F16C with 256-bit vectors); without the
+// instructions they go through a float scratch buffer (widen_row's portable path).
+#if defined(__AVX512F__) || (defined(__F16C__) && defined(__AVX__) && !defined(__AVX512F__))
+inline constexpr bool kHalfInRegisters = true;
+#else
+inline constexpr bool kHalfInRegisters = false;
+#endif
+
+/// One vector of Acc from simd_lanes<Acc> consecutive elements stored as S: a plain load when S
+/// is Acc, a widening in registers into float for bfloat16 (exact: a bfloat16 is the top half of
+/// the float's bits) and, where kHalfInRegisters, for half, so that 16-bit rows need no trip
+/// through a scratch buffer.
+template <class Acc, class S>
+inline simd_t<Acc> simd_load_as(const S* p) noexcept {
+  if constexpr (std::is_same_v<S, Acc>) {
+    return simd_load(p);
+  } else if constexpr (std::is_same_v<S, Eigen::half>) {
+    static_assert(kHalfInRegisters && std::is_same_v<Acc, float>,
+                  "razorkv: simd_load_as widens half to float only with AVX-512F or F16C");
+    simd_t<float> out;
+#if defined(__AVX512F__)
+    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&out, &wide, sizeof(out));
+#elif defined(__F16C__) && defined(__AVX__)
+    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&out, &wide, sizeof(out));
+#else
+    (void)p;
+#endif
+    return out;
+  } else {
+    static_assert(std::is_same_v<S, Eigen::bfloat16> && std::is_same_v<Acc, float>,
+                  "razorkv: simd_load_as widens bfloat16 and half to float only");
+#if defined(__GNUC__) || defined(__clang__)
+    simd_bf16_bits_t narrow;
+    std::memcpy(&narrow, p, sizeof(narrow));
+    const simd_u32_t wide = __builtin_convertvector(narrow, simd_u32_t) << 16;
+    simd_t<float> out;
+    std::memcpy(&out, &wide, sizeof(out));
+    return out;
+#else
+    simd_t<float> out;
+    for (int i = 0; i < simd_lanes<float>; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, p + i, sizeof(bits));
+      out.lane[i] = bfloat16_bits_to_float(bits);
+    }
+    return out;
+#endif
+  }
 }
 
 template <class Acc>
