@@ -188,20 +188,26 @@ void BM_Decode_RazorCache(benchmark::State& state) {
 }
 
 // Compression of the prefilled layer into a razor cache, reading the dense cache in place.
-// Bytes are the prefill's K/V, each read once. The cache is cleared and refilled each
-// iteration, as an engine refills the cache of a slot request after request; the
-// FreshAllocation variant builds a new cache each time and so also pays the kernel for zeroing
-// the new pages on first touch.
-template <class T>
-void BM_Compress_RazorCache(benchmark::State& state) {
+// Bytes are the prefill's K/V, each read once. kReuse: the cache is cleared and refilled each
+// iteration, as an engine refills the cache of a slot request after request; otherwise a new
+// cache is built each time and also pays the kernel for zeroing its new pages on first touch.
+template <class T, bool kReuse>
+void compress_layer_case(benchmark::State& state) {
   const index_t tokens = state.range(0);
   const auto& dense = layer_cache<T>(tokens);
-  razorkv::razor_kv_cache<T> cache(razor_plan(), {});
-  cache.compress_layer(0, dense.keys(0), dense.values(0));  // the slot's buffers exist before timing
+  const razorkv::head_plan plan = razor_plan();
+  razorkv::razor_kv_cache<T> slot(plan, {});
+  slot.compress_layer(0, dense.keys(0), dense.values(0));  // the slot's buffers exist before timing
   for (auto _ : state) {
-    cache.clear(0);
-    cache.compress_layer(0, dense.keys(0), dense.values(0));
-    benchmark::DoNotOptimize(&cache);
+    if (kReuse) {
+      slot.clear(0);
+      slot.compress_layer(0, dense.keys(0), dense.values(0));
+      benchmark::DoNotOptimize(&slot);
+    } else {
+      razorkv::razor_kv_cache<T> cache(plan, {});
+      cache.compress_layer(0, dense.keys(0), dense.values(0));
+      benchmark::DoNotOptimize(&cache);
+    }
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
@@ -209,18 +215,12 @@ void BM_Compress_RazorCache(benchmark::State& state) {
 }
 
 template <class T>
+void BM_Compress_RazorCache(benchmark::State& state) {
+  compress_layer_case<T, true>(state);
+}
+template <class T>
 void BM_Compress_RazorCache_FreshAllocation(benchmark::State& state) {
-  const index_t tokens = state.range(0);
-  const auto& dense = layer_cache<T>(tokens);
-  const razorkv::head_plan plan = razor_plan();
-  for (auto _ : state) {
-    razorkv::razor_kv_cache<T> cache(plan, {});
-    cache.compress_layer(0, dense.keys(0), dense.values(0));
-    benchmark::DoNotOptimize(&cache);
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
-  state.counters["threads"] = threads();
+  compress_layer_case<T, false>(state);
 }
 
 void decode_shapes(benchmark::internal::Benchmark* b) {
