@@ -295,3 +295,53 @@ TEST(RazorkvDecode, ExplicitScaleIsUsed) {
 }
 
 }  // namespace
+
+namespace {
+
+// Heads longer than max_entries_per_task are read by several tasks whose partial softmax states
+// are merged: the result matches the reference over awkward split sizes, span splits,
+// log-weighted spans, the causal multi-token mask and every dtype.
+TYPED_TEST(RazorkvDecode, SplittingLongHeadsAcrossTasksMatchesReference) {
+  using T = TypeParam;
+  using Acc = razorkv::accum_t<T>;
+  std::mt19937_64 rng(41);
+  const index_t kv_heads = 2, group = 4, dim = 40, query_heads = kv_heads * group;
+  for (index_t tokens : {5, 130, 1000}) {
+    for (index_t per_task : {1, 3, 64, 129, 999}) {
+      SCOPED_TRACE(::testing::Message() << "tokens " << tokens << " entries per task " << per_task);
+      const auto data = random_heads<T>(kv_heads, tokens, dim, rng, 3.0);
+      auto cache = split_at_random(data, tokens, dim, rng);
+      const auto token = random_heads<T>(kv_heads, 1, dim, rng);
+      for (index_t h = 0; h < kv_heads; ++h) {  // a compensation-like token, then the rest
+        cache.add_span(h, token.keys[static_cast<std::size_t>(h)].data(), token.values[static_cast<std::size_t>(h)].data(), 1, 4.5f);
+      }
+      const index_t new_tokens = 3;
+      const auto queries = razorkv_test::random_values<Acc>(static_cast<std::size_t>(new_tokens * query_heads * dim), rng, 2.0);
+      const auto q = layer_view<const Acc>::nhd(queries.data(), new_tokens, query_heads, dim);
+      const auto expected = razorkv::reference::decode_attention_multi(cache, 0, q);
+      std::vector<Acc> got(expected.size());
+      razorkv::attention_options options;
+      options.max_entries_per_task = per_task;
+      razorkv::decode_attention_multi(cache, 0, q, layer_view<Acc>::nhd(got.data(), new_tokens, query_heads, dim), options);
+      EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+    }
+  }
+}
+
+TEST(RazorkvDecode, NegativeEntriesPerTaskIsAnError) {
+  razorkv::dense_kv_cache<float> cache(1, 1, 4, 4);
+  const std::vector<float> kv(4, 1.0f);
+  cache.append(0, layer_view<const float>::nhd(kv.data(), 1, 1, 4), layer_view<const float>::nhd(kv.data(), 1, 1, 4));
+  std::vector<float> q(4, 1.0f), out(4, -7.0f);
+  razorkv::attention_options options;
+  options.max_entries_per_task = -1;
+  try {
+    razorkv::decode_attention(cache, 0, matrix_view<const float>(q.data(), 1, 4), matrix_view<float>(out.data(), 1, 4), options);
+    ADD_FAILURE() << "expected an error";
+  } catch (const razorkv::error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_entries_per_task (-1)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(out[0], -7.0f);
+}
+
+}  // namespace

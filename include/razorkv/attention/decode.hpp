@@ -29,6 +29,11 @@ struct attention_options {
   std::optional<double> scale;
   /// Fan-out over kv heads; empty means OpenMP when the caller compiles with it, else serial.
   parallel_for_fn parallel_for;
+  /// A head with more entries than this is read by several tasks, each over a contiguous run of
+  /// entries, whose partial softmax states are merged (flash-decoding), so that one long head
+  /// (a retrieval head next to compressed ones, or batch 1 on many threads) does not run on a
+  /// single thread. 0 means razorkv's default (16384); must be >= 0.
+  index_t max_entries_per_task = 0;
 };
 
 namespace detail {
@@ -192,10 +197,15 @@ inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index
 /// \param visible [kQ] entries each query may read, each in [1, total entries]
 /// \param out     [kQ, dim] result
 /// \param scratch [2 * kWidenRows * dim] widened K and V rows (half only; else unused)
+/// \param range   [begin, end): the entries this call reads (all of them, or one task's run)
+/// \param maybe_partial_max, partial_denominator  [kQ] each: when non-null, out is left
+///                un-normalised and the running max and denominator are stored for a merge
 template <class T, int kQ, int kDim>
 void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim,
                  const accum_t<T>* RAZORKV_RESTRICT queries, const index_t* visible,
-                 accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch) {
+                 accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch,
+                 index_t range_begin, index_t range_end, accum_t<T>* maybe_partial_max,
+                 accum_t<T>* partial_denominator) {
   using Acc = accum_t<T>;
   using score_block = Eigen::Array<Acc, kBlockRows, 1>;
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
@@ -209,6 +219,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
     denominator[q] = Acc(0);
     max_visible = std::max(max_visible, visible[q]);
   }
+  max_visible = std::min(max_visible, range_end);
   std::fill(out, out + kQ * dim, Acc(0));
 
   alignas(64) Acc weights[kQ * kBlockRows];
@@ -222,10 +233,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
     const kv_span<T>& span = spans[s];
     const Acc log_weight = static_cast<Acc>(span.log_weight);
     const index_t length = span.length();
-    for (index_t first = 0; first < length && span_first_entry + first < max_visible;
-         first += kBlockRows) {
-      const index_t rows = std::min(kBlockRows, length - first);
+    for (index_t first = std::max<index_t>(0, range_begin - span_first_entry);
+         first < length && span_first_entry + first < max_visible; first += kBlockRows) {
       const index_t block_entry = span_first_entry + first;
+      const index_t rows = std::min({kBlockRows, length - first, range_end - block_entry});
 
       // Scores for the whole block, widening at most kWidenRows rows at a time.
       for (index_t sub = 0; sub < rows; sub += kWidenRows) {
@@ -249,7 +260,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         Acc* w = weights + q * kBlockRows;
         // Entries this query may read in this block; the rest (padding past `rows`, and
         // entries newer than the query under the causal mask) get weight exactly 0.
-        const index_t readable = std::clamp<index_t>(visible[q] - block_entry, 0, rows);
+        const index_t readable = std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
         Eigen::Map<score_block, Eigen::Aligned16> block(w);
         Acc block_max = kNegInf;
         if (readable == kBlockRows) {
@@ -293,12 +304,23 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
     span_first_entry += length;
   }
 
+  if (maybe_partial_max != nullptr) {
+    for (int q = 0; q < kQ; ++q) {
+      maybe_partial_max[q] = running_max[q];
+      partial_denominator[q] = denominator[q];
+    }
+    return;
+  }
   for (int q = 0; q < kQ; ++q) {
     RAZORKV_DASSERT(denominator[q] > Acc(0) || std::isnan(denominator[q]));
     const Acc inverse = Acc(1) / denominator[q];
     for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= inverse;
   }
 }
+
+// A head longer than this is split across tasks by default (16K entries: 16 MB of float K/V at
+// dim 128, far more than a task's fixed cost).
+inline constexpr index_t kDefaultEntriesPerTask = 16384;
 
 // Number of query vectors a single kernel pass handles; larger groups take several passes.
 inline constexpr index_t kMaxQueriesPerPass = 8;
@@ -390,26 +412,62 @@ decode_work<typename Cache::value_type, TO> prepare_decode(const Cache& cache, i
 }
 
 // Runs the kernels of every work item in one parallel loop. Tasks are (work, kv head, run of
-// 8, 4, 2 or 1 query vectors), longest first: a compressed cache mixes full retrieval heads
-// with short ones, and handing out the long ones first keeps a dynamic schedule balanced.
+// 8, 4, 2 or 1 query vectors, run of entries), longest first: a compressed cache mixes full
+// retrieval heads with short ones, and handing out the long ones first keeps a dynamic
+// schedule balanced. A head longer than `entries_per_task` is split into runs of entries whose
+// partial softmax states (max, denominator, unnormalised output) are merged afterwards.
 template <class T, class TO>
-void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, const parallel_for_fn& parallel_for) {
+void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, const parallel_for_fn& parallel_for,
+                index_t entries_per_task) {
   using Acc = accum_t<T>;
   struct pass {
-    index_t work, kv_head, first, width, cost;
+    index_t work, kv_head, first, width;  // the query vectors [first, first + width) of a kv head
+    index_t begin, end;                   // the entries read
+    index_t slot;                         // partial-state slot of a split pass, -1 when whole
+  };
+  struct split {
+    index_t work, kv_head, first, width, first_slot, parts;
   };
   std::vector<pass> passes;
+  std::vector<split> splits;
+  index_t slots = 0;
   for (index_t w = 0; w < static_cast<index_t>(works.size()); ++w) {
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(w)];
     for (index_t h = 0; h < static_cast<index_t>(work.entries.size()); ++h) {
+      const index_t entries = work.entries[static_cast<std::size_t>(h)];
+      const index_t parts = (entries + entries_per_task - 1) / entries_per_task;
       for (index_t j = 0; j < work.per_head;) {
         const index_t width = pass_width(work.per_head - j);
-        passes.push_back({w, h, j, width, work.entries[static_cast<std::size_t>(h)]});
+        if (parts <= 1) {
+          passes.push_back({w, h, j, width, 0, entries, -1});
+        } else {
+          splits.push_back({w, h, j, width, slots, parts});
+          for (index_t p = 0; p < parts; ++p) {
+            passes.push_back({w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++});
+          }
+        }
         j += width;
       }
     }
   }
-  std::stable_sort(passes.begin(), passes.end(), [](const pass& a, const pass& b) { return a.cost > b.cost; });
+  std::stable_sort(passes.begin(), passes.end(),
+                   [](const pass& a, const pass& b) { return a.end - a.begin > b.end - b.begin; });
+
+  // Partial states of split passes: [slots, kMaxQueriesPerPass, head_dim] outputs, and
+  // [slots, kMaxQueriesPerPass] maxima and denominators.
+  const std::size_t per_slot = static_cast<std::size_t>(kMaxQueriesPerPass * head_dim);
+  std::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot);
+  std::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass));
+  std::vector<Acc> partial_den(partial_max.size());
+
+  const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first, index_t width,
+                             const Acc* result) {
+    for (index_t q = 0; q < width; ++q) {
+      const index_t j = first + q;
+      TO* dst = work.out.token(j / work.group).row(kv_head * work.group + j % work.group);
+      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[q * head_dim + c]);
+    }
+  };
 
   const bool needs_scratch = !std::is_same_v<T, kernel_row_t<T>>;
   run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
@@ -420,7 +478,11 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
     for (index_t q = 0; q < task.width; ++q) {
       visible[q] = work.entries[h] - work.tokens + 1 + (task.first + q) / work.group;
     }
-    std::vector<Acc> result(static_cast<std::size_t>(task.width * head_dim));
+    const bool whole = task.slot < 0;
+    std::vector<Acc> result(whole ? static_cast<std::size_t>(task.width * head_dim) : 0);
+    Acc* out = whole ? result.data() : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
+    Acc* maybe_max = whole ? nullptr : partial_max.data() + task.slot * kMaxQueriesPerPass;
+    Acc* den = whole ? nullptr : partial_den.data() + task.slot * kMaxQueriesPerPass;
     std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0);
     const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
     const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
@@ -428,15 +490,45 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
     dispatch_head_dim(head_dim, [&](auto dim_constant) {
       dispatch_pow2_upto8(task.width, [&](auto width_constant) {
         attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
-            head_spans, num_head_spans, head_dim, head_queries, visible, result.data(), scratch.data());
+            head_spans, num_head_spans, head_dim, head_queries, visible, out, scratch.data(), task.begin, task.end,
+            maybe_max, den);
       });
     });
-    for (index_t q = 0; q < task.width; ++q) {
-      const index_t j = task.first + q;
-      TO* dst = work.out.token(j / work.group).row(task.kv_head * work.group + j % work.group);
-      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[static_cast<std::size_t>(q * head_dim + c)]);
-    }
+    if (whole) write_out(work, task.kv_head, task.first, task.width, result.data());
   });
+
+  // Merge: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) d_p, M the largest m_p. The first
+  // part holds entry 0, which every query reads, so M is finite.
+  run_parallel(parallel_for, static_cast<index_t>(splits.size()), [&](index_t i) {
+    const split& group = splits[static_cast<std::size_t>(i)];
+    std::vector<Acc> merged(static_cast<std::size_t>(group.width * head_dim), Acc(0));
+    for (index_t q = 0; q < group.width; ++q) {
+      Acc largest = -std::numeric_limits<Acc>::infinity();
+      for (index_t p = 0; p < group.parts; ++p) {
+        largest = std::max(largest, partial_max[static_cast<std::size_t>((group.first_slot + p) * kMaxQueriesPerPass + q)]);
+      }
+      Acc denominator = 0;
+      Acc* dst = merged.data() + q * head_dim;
+      for (index_t p = 0; p < group.parts; ++p) {
+        const index_t slot = group.first_slot + p;
+        const Acc part_max = partial_max[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
+        if (part_max == -std::numeric_limits<Acc>::infinity()) continue;  // the query read nothing there
+        const Acc scale = std::exp(part_max - largest);
+        denominator += scale * partial_den[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
+        const Acc* src = partial_out.data() + static_cast<std::size_t>(slot) * per_slot + q * head_dim;
+        for (index_t c = 0; c < head_dim; ++c) dst[c] += scale * src[c];
+      }
+      const Acc inverse = Acc(1) / denominator;
+      for (index_t c = 0; c < head_dim; ++c) dst[c] *= inverse;
+    }
+    write_out(works[static_cast<std::size_t>(group.work)], group.kv_head, group.first, group.width, merged.data());
+  });
+}
+
+inline index_t entries_per_task(const attention_options& options, const char* where) {
+  RAZORKV_CHECK(options.max_entries_per_task >= 0, kInvalidArgument, where, ": max_entries_per_task (",
+                options.max_entries_per_task, ") must be >= 0");
+  return options.max_entries_per_task > 0 ? options.max_entries_per_task : kDefaultEntriesPerTask;
 }
 
 template <class Cache, class TQ, class TO>
@@ -467,7 +559,7 @@ void decode_attention_multi(const Cache& cache, index_t layer, layer_view<TQ> qu
   using T = typename Cache::value_type;
   std::vector<detail::decode_work<T, TO>> works;
   works.push_back(detail::prepare_decode(cache, layer, queries, out, options, "decode_attention"));
-  detail::run_decode(works, cache.head_dim(), options.parallel_for);
+  detail::run_decode(works, cache.head_dim(), options.parallel_for, detail::entries_per_task(options, "decode_attention"));
 }
 
 /// Decode attention for a batch of independent sequences, one cache each, in one parallel
@@ -504,7 +596,7 @@ void decode_attention_batch(const Cache* const* caches, index_t batch, index_t l
     };
     works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out), options, kWhere));
   }
-  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for);
+  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for, detail::entries_per_task(options, kWhere));
 }
 
 /// decode_attention_batch over a vector of caches.
