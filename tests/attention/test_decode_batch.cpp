@@ -5,7 +5,9 @@
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/compress/razor_cache.hpp>
 
+#include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "support/expect_error.hpp"
@@ -78,6 +80,47 @@ TEST(RazorkvDecodeBatch, DenseCachesThroughPointers) {
                               matrix_view<float>(single.data() + s * kQueryHeads * kDim, kQueryHeads, kDim));
   }
   EXPECT_EQ(out, single);
+}
+
+// Distinct caches from distinct threads at once (append, then decode, each thread its own
+// sequence) give what the same steps give one sequence at a time.
+TEST(RazorkvDecodeBatch, DistinctCachesOnDistinctThreads) {
+  constexpr int kThreads = 4;
+  constexpr index_t kSteps = 20;
+  razorkv::head_plan plan(razorkv::model_shape{1, kQueryHeads, kKvHeads, kDim});
+  plan.set_retrieval(0, 0, true);
+  razorkv::razor_config config;
+  config.s0 = 32;
+  config.decode = razorkv::decode_mode::kBounded;
+  std::mt19937_64 rng(34);
+  std::vector<std::vector<float>> step_kv, step_q;
+  std::vector<razorkv::dense_kv_cache<float>> prefills;
+  for (int s = 0; s < kThreads; ++s) {
+    prefills.push_back(random_dense<float>(200 + 50 * s, rng));
+    step_kv.push_back(razorkv_test::random_values<float>(static_cast<std::size_t>(kSteps * kKvHeads * kDim), rng));
+    step_q.push_back(razorkv_test::random_values<float>(static_cast<std::size_t>(kSteps * kQueryHeads * kDim), rng));
+  }
+  const auto run = [&](int s, std::vector<float>& out) {
+    razorkv::razor_kv_cache<float> cache = razorkv::compress_cache(prefills[static_cast<std::size_t>(s)], plan, config);
+    out.assign(static_cast<std::size_t>(kSteps * kQueryHeads * kDim), 0.0f);
+    razorkv::attention_options serial;  // no OpenMP fan-out inside the caller's threads
+    serial.parallel_for = [](index_t count, const std::function<void(index_t)>& body) {
+      for (index_t i = 0; i < count; ++i) body(i);
+    };
+    for (index_t t = 0; t < kSteps; ++t) {
+      const float* kv = step_kv[static_cast<std::size_t>(s)].data() + t * kKvHeads * kDim;
+      cache.append(0, layer_view<const float>::nhd(kv, 1, kKvHeads, kDim), layer_view<const float>::nhd(kv, 1, kKvHeads, kDim));
+      razorkv::decode_attention(cache, 0,
+                                matrix_view<const float>(step_q[static_cast<std::size_t>(s)].data() + t * kQueryHeads * kDim, kQueryHeads, kDim),
+                                matrix_view<float>(out.data() + t * kQueryHeads * kDim, kQueryHeads, kDim), serial);
+    }
+  };
+  std::vector<std::vector<float>> alone(kThreads), together(kThreads);
+  for (int s = 0; s < kThreads; ++s) run(s, alone[static_cast<std::size_t>(s)]);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kThreads; ++s) threads.emplace_back([&, s] { run(s, together[static_cast<std::size_t>(s)]); });
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < kThreads; ++s) EXPECT_EQ(alone[static_cast<std::size_t>(s)], together[static_cast<std::size_t>(s)]) << "sequence " << s;
 }
 
 TEST(RazorkvDecodeBatch, BadBatches) {
