@@ -131,11 +131,9 @@ void BM_Decode_PlainEigen(benchmark::State& state) {
   state.counters["threads"] = threads();
 }
 
-// razorkv's decode kernel: every query head of a GQA group in one pass over the group's K/V.
-template <class T>
-void BM_Decode_Razorkv(benchmark::State& state) {
-  const index_t tokens = state.range(0);
-  const auto& cache = layer_cache<T>(tokens);
+// Times razorkv's decode kernel on `cache` and reports `bytes` per iteration.
+template <class Cache>
+void time_decode(benchmark::State& state, const Cache& cache, std::int64_t bytes) {
   const std::vector<float> queries = make_queries();
   std::vector<float> out(queries.size());
   const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
@@ -145,8 +143,15 @@ void BM_Decode_Razorkv(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
+  state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads();
+}
+
+// razorkv's decode kernel: every query head of a GQA group in one pass over the group's K/V.
+template <class T>
+void BM_Decode_Razorkv(benchmark::State& state) {
+  const index_t tokens = state.range(0);
+  time_decode(state, layer_cache<T>(tokens), unique_kv_bytes<T>(tokens));
 }
 
 // The RazorAttention plan of the layer: 1 of its 8 kv groups keeps its full cache (12.5%, the
@@ -171,19 +176,8 @@ const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens) {
 // razor cache holds; dense_over_razor is the byte ratio the speed-up is measured against.
 template <class T>
 void BM_Decode_RazorCache(benchmark::State& state) {
-  const index_t tokens = state.range(0);
-  const auto& cache = razor_cache<T>(tokens);
-  const std::vector<float> queries = make_queries();
-  std::vector<float> out(queries.size());
-  const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
-  const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
-  for (auto _ : state) {
-    razorkv::decode_attention(cache, 0, q, o);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * cache.kv_bytes());
-  state.counters["threads"] = threads();
+  const auto& cache = razor_cache<T>(state.range(0));
+  time_decode(state, cache, cache.kv_bytes());
   state.counters["dense_over_razor"] = static_cast<double>(cache.dense_kv_bytes()) / static_cast<double>(cache.kv_bytes());
 }
 

@@ -19,16 +19,18 @@ namespace detail {
 inline constexpr index_t kSumColumns = 256;
 inline constexpr index_t kWidenRowsForSum = 16;
 
-// sums[c] += rows[r][c] for r < rows, c < dim, from float rows with `stride` between rows.
-// Every column is added in row order in double, one addition per element, so the result does
-// not depend on how the rows are split into calls: folding tokens one at a time gives the
+// sums[c] += rows[r][c] for r < count, c < dim, from float or double rows with `stride` between
+// rows. Every column is added in row order in double, one addition per element, so the result
+// does not depend on how the rows are split into calls: folding tokens one at a time gives the
 // same bits as summing them at once.
-inline void add_float_rows(const float* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
-                           double* RAZORKV_RESTRICT sums) noexcept {
+template <class R>
+inline void add_rows(const R* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
+                     double* RAZORKV_RESTRICT sums) noexcept {
+  static_assert(std::is_same_v<R, float> || std::is_same_v<R, double>, "razorkv: add_rows reads float or double");
   index_t c = 0;
 #if defined(__GNUC__) || defined(__clang__)
   constexpr int kLanes = simd_lanes<double>;
-  typedef float narrow_t __attribute__((vector_size(kLanes * sizeof(float))));
+  typedef R narrow_t __attribute__((vector_size(kLanes * sizeof(R))));
   const auto widened = [&](index_t r, index_t column) {
     narrow_t x;
     std::memcpy(&x, rows + r * stride + column, sizeof(x));
@@ -57,32 +59,6 @@ inline void add_float_rows(const float* RAZORKV_RESTRICT rows, index_t count, in
   }
 }
 
-inline void add_double_rows(const double* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
-                            double* RAZORKV_RESTRICT sums) noexcept {
-  index_t c = 0;
-#if defined(__GNUC__) || defined(__clang__)
-  constexpr int kLanes = simd_lanes<double>;
-  for (; c + 4 * kLanes <= dim; c += 4 * kLanes) {  // four chains, as in add_float_rows
-    simd_t<double> acc[4];
-    for (int j = 0; j < 4; ++j) acc[j] = simd_load(sums + c + j * kLanes);
-    for (index_t r = 0; r < count; ++r) {
-      for (int j = 0; j < 4; ++j) acc[j] += simd_load(rows + r * stride + c + j * kLanes);
-    }
-    for (int j = 0; j < 4; ++j) simd_store(sums + c + j * kLanes, acc[j]);
-  }
-  for (; c + kLanes <= dim; c += kLanes) {
-    simd_t<double> acc = simd_load(sums + c);
-    for (index_t r = 0; r < count; ++r) acc += simd_load(rows + r * stride + c);
-    simd_store(sums + c, acc);
-  }
-#endif
-  for (; c < dim; ++c) {
-    double acc = sums[c];
-    for (index_t r = 0; r < count; ++r) acc += rows[r * stride + c];
-    sums[c] = acc;
-  }
-}
-
 /// sums[0, dim) += the column sums of `rows` ([count, dim], any row stride), in double.
 template <class T>
 void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT sums) noexcept {
@@ -92,12 +68,7 @@ void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT
   // rows at once would stream the whole span from memory once per vector of columns.
   if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
     for (index_t r0 = 0; r0 < count; r0 += kWidenRowsForSum) {
-      const index_t block = std::min(kWidenRowsForSum, count - r0);
-      if constexpr (std::is_same_v<T, double>) {
-        add_double_rows(rows.row(r0), block, rows.row_stride(), dim, sums);
-      } else {
-        add_float_rows(rows.row(r0), block, rows.row_stride(), dim, sums);
-      }
+      add_rows(rows.row(r0), std::min(kWidenRowsForSum, count - r0), rows.row_stride(), dim, sums);
     }
   } else {
     alignas(64) float scratch[kWidenRowsForSum * kSumColumns];
@@ -106,7 +77,7 @@ void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT
       for (index_t r0 = 0; r0 < count; r0 += kWidenRowsForSum) {
         const index_t block = std::min(kWidenRowsForSum, count - r0);
         for (index_t r = 0; r < block; ++r) widen_row(rows.row(r0 + r) + c0, scratch + r * kSumColumns, columns);
-        add_float_rows(scratch, block, kSumColumns, columns, sums + c0);
+        add_rows(scratch, block, kSumColumns, columns, sums + c0);
       }
     }
   }
