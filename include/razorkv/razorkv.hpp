@@ -20,6 +20,17 @@
 #include "razorkv/attention/decode.hpp"
 #include "razorkv/attention/reference.hpp"
 
+#include "razorkv/policies/h2o.hpp"
+#include "razorkv/policies/memory_budget.hpp"
+#include "razorkv/policies/observed_attention.hpp"
+#include "razorkv/policies/razor_at_budget.hpp"
+#include "razorkv/policies/selected_cache.hpp"
+#include "razorkv/policies/snapkv.hpp"
+#include "razorkv/policies/streaming_llm.hpp"
+
+#include "razorkv/eval/harness.hpp"
+#include "razorkv/eval/needle_task.hpp"
+
 #include "razorkv/scoring/dense_scorer.hpp"
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"

@@ -95,4 +95,25 @@ index_t num_entries(const Cache& cache, index_t layer, index_t kv_head) {
   return total;
 }
 
+/// Bytes of K and V a cache holds in `layer`: 2 * entries * head_dim * sizeof(value_type) summed
+/// over its kv heads. Under GQA a group's K/V is one kv head, so it is counted once however many
+/// query heads read it; a compensation token is one entry (its count is metadata).
+template <class Cache>
+index_t held_kv_bytes(const Cache& cache, index_t layer) {
+  check_layer(cache, layer, "held_kv_bytes");
+  const index_t entry_bytes = 2 * static_cast<index_t>(cache.head_dim()) *
+                              static_cast<index_t>(sizeof(typename Cache::value_type));
+  index_t total = 0;
+  for (index_t h = 0; h < static_cast<index_t>(cache.num_kv_heads()); ++h) total += num_entries(cache, layer, h);
+  return total * entry_bytes;
+}
+
+/// held_kv_bytes over every layer.
+template <class Cache>
+index_t held_kv_bytes(const Cache& cache) {
+  index_t total = 0;
+  for (index_t l = 0; l < static_cast<index_t>(cache.num_layers()); ++l) total += held_kv_bytes(cache, l);
+  return total;
+}
+
 RAZORKV_END_NAMESPACE

@@ -167,6 +167,13 @@ class layer_view {
     if (tokens_ == 0) return matrix_view<T>(nullptr, 0, head_dim_);
     return matrix_view<T>(data_ + h * head_stride_, tokens_, head_dim_, token_stride_);
   }
+  /// Tokens [first, first + count): [count, heads, head_dim], same strides.
+  layer_view middle_tokens(index_t first, index_t count) const {
+    RAZORKV_CHECK(first >= 0 && count >= 0 && first <= tokens_ - count, kOutOfRange,
+                  "layer_view::middle_tokens: tokens [", first, ", ", first, " + ", count, ") outside [0, ", tokens_, ")");
+    return layer_view(count == 0 ? nullptr : data_ + first * token_stride_, count, heads_, head_dim_, token_stride_,
+                      head_stride_);
+  }
   /// Token t over all heads: [heads, head_dim], row stride head_stride.
   matrix_view<T> token(index_t t) const {
     RAZORKV_CHECK(t >= 0 && t < tokens_, kOutOfRange, "layer_view::token: token (", t,

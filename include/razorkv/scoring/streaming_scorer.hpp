@@ -69,13 +69,13 @@ void widen_head(const layer_view<const T>& view, index_t head, const std::vector
 }
 
 template <class T>
-void check_finite(const layer_view<const T>& view, const char* name) {
+void check_finite(const layer_view<const T>& view, const char* where, const char* name) {
   for (index_t t = 0; t < view.tokens(); ++t) {
     for (index_t h = 0; h < view.heads(); ++h) {
       const T* row = view.token(t).row(h);
       for (index_t c = 0; c < view.head_dim(); ++c) {
         const float x = static_cast<float>(row[c]);
-        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, "score_from_queries_keys: ", name, " (",
+        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": ", name, " (",
                       x, ") at token ", t, " head ", h, " dim ", c, " is not finite");
       }
     }
@@ -125,8 +125,8 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
     RAZORKV_CHECK(std::isfinite(options.alibi_slopes[h]), kInvalidArgument, kWhere,
                   ": alibi_slopes[", h, "] (", options.alibi_slopes[h], ") must be finite");
   }
-  detail::check_finite(q_view, "query");
-  detail::check_finite(k_view, "key");
+  detail::check_finite(q_view, kWhere, "query");
+  detail::check_finite(k_view, kWhere, "key");
 
   const index_t period = the_probe.num_random_tokens();
   const index_t positions = period * the_probe.repeats();

@@ -72,12 +72,15 @@ struct planted_layer {
   }
 };
 
-/// Builds the layer. Every key holds four blocks: a random unit code of its token id, the code
-/// of the previous token's id, a random unit code of its position, and a smooth positional code
-/// whose first element marks sequence index 0. A query head sums the block that makes it match
-/// what its kind looks for, scaled by the kind's strength; with GQA all heads of a group share
-/// the keys and differ only in their queries.
-inline planted_layer make_planted_layer(const probe& the_probe, const planted_layer_config& config) {
+/// Builds the layer over any token sequence: token_slots[t] in [0, vocabulary) is the token at
+/// sequence index t (dense ids). Every key holds four blocks: a random unit code of its token,
+/// the code of the previous token (for index 0, the code of slot vocabulary - 1: give a BOS at
+/// index 0 that slot), a random unit code of its position, and a smooth positional code whose
+/// first element marks sequence index 0. A query head sums the block that makes it match what
+/// its kind looks for, scaled by the kind's strength; with GQA all heads of a group share the
+/// keys and differ only in their queries.
+inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots, index_t vocabulary,
+                                        const planted_layer_config& config) {
   const index_t heads = static_cast<index_t>(config.query_heads.size());
   const index_t dim = config.head_dim;
   RAZORKV_CHECK(config.num_kv_heads > 0 && heads > 0 && heads % config.num_kv_heads == 0, kShapeMismatch,
@@ -91,8 +94,13 @@ inline planted_layer make_planted_layer(const probe& the_probe, const planted_la
   const index_t smooth_dims = dim - smooth_block;  // first one is the sink marker
   const index_t frequencies = (smooth_dims - 1) / 2;
 
-  const index_t length = the_probe.length();
-  const index_t offset = the_probe.has_bos() ? 1 : 0;
+  RAZORKV_CHECK(vocabulary > 0, kInvalidArgument, "make_planted_layer: vocabulary (", vocabulary, ") must be > 0");
+  const index_t length = static_cast<index_t>(token_slots.size());
+  for (index_t t = 0; t < length; ++t) {
+    const index_t slot = token_slots[static_cast<std::size_t>(t)];
+    RAZORKV_CHECK(slot >= 0 && slot < vocabulary, kOutOfRange, "make_planted_layer: token_slots[", t, "] (", slot,
+                  ") outside [0, ", vocabulary, ")");
+  }
   std::mt19937_64 rng(config.seed);
   std::normal_distribution<double> normal;
   const auto unit_codes = [&](index_t count) {
@@ -104,9 +112,7 @@ inline planted_layer make_planted_layer(const probe& the_probe, const planted_la
     }
     return codes;
   };
-  // Token ids as dense slots: slot of sequence index t (the BOS gets its own slot P).
-  const index_t period = the_probe.num_random_tokens();
-  const auto slot_of = [&](index_t t) { return t < offset ? period : (t - offset) % period; };
+  const auto slot_of = [&](index_t t) { return token_slots[static_cast<std::size_t>(t)]; };
 
   planted_layer layer;
   layer.length = length;
@@ -128,12 +134,12 @@ inline planted_layer make_planted_layer(const probe& the_probe, const planted_la
   };
 
   for (index_t kv = 0; kv < config.num_kv_heads; ++kv) {
-    const auto token_codes = unit_codes(period + 1);
+    const auto token_codes = unit_codes(vocabulary);
     const auto position_codes = unit_codes(length);
     for (index_t t = 0; t < length; ++t) {
       float* key = layer.keys.data() + (t * config.num_kv_heads + kv) * dim;
       const index_t slot = slot_of(t);
-      const index_t previous = t > 0 ? slot_of(t - 1) : period;
+      const index_t previous = t > 0 ? slot_of(t - 1) : vocabulary - 1;
       for (index_t d = 0; d < block; ++d) {
         key[token_block + d] = static_cast<float>(token_codes[static_cast<std::size_t>(slot * block + d)]);
         key[previous_block + d] = static_cast<float>(token_codes[static_cast<std::size_t>(previous * block + d)]);
@@ -186,6 +192,17 @@ inline planted_layer make_planted_layer(const probe& the_probe, const planted_la
     }
   }
   return layer;
+}
+
+/// The layer over a probe: its P random ids as slots [0, P), the BOS (when present) as slot P.
+inline planted_layer make_planted_layer(const probe& the_probe, const planted_layer_config& config) {
+  const index_t period = the_probe.num_random_tokens();
+  const index_t offset = the_probe.has_bos() ? 1 : 0;
+  std::vector<index_t> slots(static_cast<std::size_t>(the_probe.length()));
+  for (index_t t = 0; t < the_probe.length(); ++t) {
+    slots[static_cast<std::size_t>(t)] = t < offset ? period : (t - offset) % period;
+  }
+  return make_planted_layer(slots, period + 1, config);
 }
 
 RAZORKV_END_NAMESPACE

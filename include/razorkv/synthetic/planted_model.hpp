@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "razorkv/config.hpp"
@@ -67,6 +69,28 @@ inline std::vector<planted_layer_config> random_planted_model(const planted_mode
   return layers;
 }
 
+namespace detail {
+
+// A head that reads locally or broadly: local with a sink component (1 in 2), sink,
+// previous-token or uniform (1 in 6 each).
+inline std::vector<std::pair<head_kind, double>> draw_non_retrieval_head(std::mt19937_64& rng) {
+  switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
+    case 0: return {{head_kind::kSink, 4.0}};
+    case 1: return {{head_kind::kPreviousToken, 16.0}};
+    case 2: return {{head_kind::kUniform, 0.0}};
+    default: return {{head_kind::kLocal, 8.0}, {head_kind::kSink, 2.0}};
+  }
+}
+
+inline void check_model_shape(const planted_model_shape& shape, const char* where) {
+  RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, where, ": num_layers (", shape.num_layers, ") must be > 0");
+  RAZORKV_CHECK(shape.num_kv_heads > 0 && shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0,
+                kShapeMismatch, where, ": num_query_heads (", shape.num_query_heads,
+                ") must be a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
+}
+
+}  // namespace detail
+
 /// A model with RazorAttention's premise built in: exactly `retrieval_groups` of its
 /// num_layers x num_kv_heads GQA groups, drawn at random, hold an induction head (strength 6 to
 /// 12, and half of them an echo head too); every other query head reads locally or broadly: a
@@ -74,11 +98,7 @@ inline std::vector<planted_layer_config> random_planted_model(const planted_mode
 /// head (1 in 6 each). Layer l's codes use seed `seed + 100 + l`.
 inline std::vector<planted_layer_config> sparse_retrieval_model(const planted_model_shape& shape,
                                                                 index_t retrieval_groups, std::uint64_t seed) {
-  RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, "sparse_retrieval_model: num_layers (", shape.num_layers,
-                ") must be > 0");
-  RAZORKV_CHECK(shape.num_kv_heads > 0 && shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0,
-                kShapeMismatch, "sparse_retrieval_model: num_query_heads (", shape.num_query_heads,
-                ") must be a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
+  detail::check_model_shape(shape, "sparse_retrieval_model");
   const index_t groups = shape.num_layers * shape.num_kv_heads;
   RAZORKV_CHECK(retrieval_groups >= 0 && retrieval_groups <= groups, kInvalidArgument,
                 "sparse_retrieval_model: retrieval_groups (", retrieval_groups, ") must be in [0, ", groups, "]");
@@ -88,7 +108,6 @@ inline std::vector<planted_layer_config> sparse_retrieval_model(const planted_mo
   std::shuffle(holds_retrieval.begin(), holds_retrieval.end(), rng);
 
   std::uniform_real_distribution<double> strength(6.0, 12.0);
-  std::uniform_int_distribution<int> kind(0, 5);
   const index_t group_size = shape.num_query_heads / shape.num_kv_heads;
   std::vector<planted_layer_config> layers;
   for (index_t l = 0; l < shape.num_layers; ++l) {
@@ -106,12 +125,55 @@ inline std::vector<planted_layer_config> sparse_retrieval_model(const planted_mo
       } else if (retrieval_group && member == 1 && group_size > 1 && rng() % 2 == 0) {
         head.components = {{head_kind::kEcho, strength(rng)}};
       } else {
-        switch (kind(rng)) {
-          case 0: head.components = {{head_kind::kSink, 4.0}}; break;
-          case 1: head.components = {{head_kind::kPreviousToken, 16.0}}; break;
-          case 2: head.components = {{head_kind::kUniform, 0.0}}; break;
-          default: head.components = {{head_kind::kLocal, 8.0}, {head_kind::kSink, 2.0}}; break;
-        }
+        head.components = detail::draw_non_retrieval_head(rng);
+      }
+      config.query_heads.push_back(head);
+    }
+    layers.push_back(std::move(config));
+  }
+  return layers;
+}
+
+/// A model whose retrieval heads come in two disjoint sets, as in the paper's ablation: exactly
+/// `induction_groups` GQA groups hold an induction head (query head 0 of the group) and
+/// `echo_groups` other groups an echo head, all of logit strength `strength`; every other query
+/// head reads locally or broadly (as in sparse_retrieval_model). The groups are drawn at random;
+/// layer l's codes use seed `seed + 100 + l`. Strong heads (the default 16: e^16 = 8.9e6 times a
+/// random key) fetch their match out of contexts of tens of thousands of tokens.
+inline std::vector<planted_layer_config> retrieval_model(const planted_model_shape& shape, index_t induction_groups,
+                                                         index_t echo_groups, std::uint64_t seed,
+                                                         double strength = 16.0) {
+  detail::check_model_shape(shape, "retrieval_model");
+  const index_t groups = shape.num_layers * shape.num_kv_heads;
+  RAZORKV_CHECK(induction_groups >= 0 && echo_groups >= 0 && induction_groups + echo_groups <= groups,
+                kInvalidArgument, "retrieval_model: induction_groups (", induction_groups, ") + echo_groups (",
+                echo_groups, ") must be in [0, ", groups, "]");
+  RAZORKV_CHECK(std::isfinite(strength) && strength > 0.0, kInvalidArgument, "retrieval_model: strength (", strength,
+                ") must be > 0");
+  enum : char { kNone, kInductionGroup, kEchoGroup };
+  std::mt19937_64 rng(seed);
+  std::vector<char> role(static_cast<std::size_t>(groups), kNone);
+  std::fill(role.begin(), role.begin() + induction_groups, kInductionGroup);
+  std::fill(role.begin() + induction_groups, role.begin() + induction_groups + echo_groups, kEchoGroup);
+  std::shuffle(role.begin(), role.end(), rng);
+
+  const index_t group_size = shape.num_query_heads / shape.num_kv_heads;
+  std::vector<planted_layer_config> layers;
+  for (index_t l = 0; l < shape.num_layers; ++l) {
+    planted_layer_config config;
+    config.num_kv_heads = shape.num_kv_heads;
+    config.head_dim = shape.head_dim;
+    config.seed = seed + 100 + static_cast<std::uint64_t>(l);
+    for (index_t h = 0; h < shape.num_query_heads; ++h) {
+      planted_head head;
+      head.noise = 0.2;
+      const char group_role = role[static_cast<std::size_t>(l * shape.num_kv_heads + h / group_size)];
+      if (group_role == kInductionGroup && h % group_size == 0) {
+        head.components = {{head_kind::kInduction, strength}};
+      } else if (group_role == kEchoGroup && h % group_size == 0) {
+        head.components = {{head_kind::kEcho, strength}};
+      } else {
+        head.components = detail::draw_non_retrieval_head(rng);
       }
       config.query_heads.push_back(head);
     }

@@ -1,0 +1,347 @@
+// razorkv/policies/h2o.hpp: H2O (Zhang et al., 2023) at a memory budget: per kv head, the
+// heavy hitters by accumulated attention plus a recent window, re-ranked at every decode step.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/head_rows.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/error.hpp"
+#include "razorkv/policies/observed_attention.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// H2O's parameters.
+struct h2o_config {
+  /// Entries per head of the recent window; 0 means half the budget (H2O's equal split of heavy
+  /// hitters and recent tokens), at least 1.
+  index_t recent = 0;
+};
+
+/// The H2O cache of one sequence. Each (layer, kv head) holds at most `budget` entries: the
+/// last `recent` tokens, and up to budget - recent heavy hitters, the older tokens with the
+/// largest accumulated attention. Compression ranks the prompt by the attention mass its
+/// observation queries paid (observed_attention; a GQA group's query heads add up for their kv
+/// head); during decode, observe() adds each new query's attention to every entry, and a token
+/// leaving the recent window replaces the weakest heavy hitter if its accumulated attention is
+/// larger (else it is dropped). Memory is allocated at compression and never grows.
+///
+/// Entries of a head, in span order: heavy hitters (in slot order; all older than the window),
+/// then the window oldest first, so the newest token is last as the contract requires.
+template <class T>
+class h2o_kv_cache {
+  static_assert(is_storage_dtype_v<T>, "razorkv::h2o_kv_cache: unsupported storage dtype");
+
+ public:
+  using value_type = T;
+
+  h2o_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim, index_t budget_entries,
+               const h2o_config& config = {})
+      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim), budget_(budget_entries) {
+    constexpr const char* kWhere = "h2o_kv_cache";
+    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument, kWhere, ": num_layers (",
+                  num_layers, "), num_kv_heads (", num_kv_heads, ") and head_dim (", head_dim, ") must be > 0");
+    RAZORKV_CHECK(budget_entries >= 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
+                  " entries per head) must be >= 1");
+    RAZORKV_CHECK(config.recent >= 0, kInvalidArgument, kWhere, ": recent (", config.recent, ") must be >= 0");
+    RAZORKV_CHECK(config.recent <= budget_entries, kInvalidArgument, kWhere, ": recent (", config.recent,
+                  ") exceeds the budget (", budget_entries, " entries per head)");
+    recent_ = config.recent > 0 ? config.recent : std::max<index_t>(1, budget_entries / 2);
+    layers_.resize(static_cast<std::size_t>(num_layers));
+  }
+
+  index_t num_layers() const noexcept { return num_layers_; }
+  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
+  index_t head_dim() const noexcept { return head_dim_; }
+  /// Entries per head at most, of which recent_window() recent and heavy_slots() heavy hitters.
+  index_t budget() const noexcept { return budget_; }
+  index_t recent_window() const noexcept { return recent_; }
+  index_t heavy_slots() const noexcept { return budget_ - recent_; }
+  bool is_compressed(index_t layer) const { return layer_at(layer, "h2o_kv_cache::is_compressed").compressed; }
+  index_t num_tokens(index_t layer) const { return layer_at(layer, "h2o_kv_cache::num_tokens").tokens; }
+
+  /// Keeps, per kv head, the last recent_window() prompt tokens and the heavy_slots() earlier
+  /// ones with the largest `prompt_mass` (ties to the earlier position), scored with that mass.
+  /// keys and values are [N, num_kv_heads, head_dim] in any layout, read in place; prompt_mass is
+  /// observed_attention over those keys. On error nothing changes.
+  void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
+                      const attention_mass& prompt_mass) {
+    constexpr const char* kWhere = "h2o_kv_cache::compress_layer";
+    layer_storage& target = layer_at(layer, kWhere);
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    check_views(keys, values, kWhere);
+    const index_t tokens = keys.tokens();
+    RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads_ && prompt_mass.tokens == tokens, kShapeMismatch, kWhere,
+                  ": prompt_mass is [", prompt_mass.num_kv_heads, " kv heads, ", prompt_mass.tokens,
+                  " tokens], the prompt [", num_kv_heads_, ", ", tokens, "]");
+    for (std::size_t i = 0; i < prompt_mass.values.size(); ++i) {
+      RAZORKV_CHECK(std::isfinite(prompt_mass.values[i]), kInvalidArgument, kWhere, ": prompt_mass value ", i, " (",
+                    prompt_mass.values[i], ") is not finite");
+    }
+    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
+    for (head_state& head : heads) {
+      head.heavy = detail::head_rows<T>(heavy_slots(), head_dim_);
+      head.ring = detail::head_rows<T>(recent_, head_dim_);
+      head.heavy_position.assign(static_cast<std::size_t>(heavy_slots()), 0);
+      head.heavy_score.assign(static_cast<std::size_t>(heavy_slots()), 0.0);
+      head.ring_position.assign(static_cast<std::size_t>(recent_), 0);
+      head.ring_score.assign(static_cast<std::size_t>(recent_), 0.0);
+    }
+    const index_t in_window = std::min(tokens, recent_), candidates = tokens - in_window;
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      head_state& head = heads[static_cast<std::size_t>(h)];
+      const double* mass = prompt_mass.head(h);
+      const matrix_view<const T> k = keys.head(h), v = values.head(h);
+      std::vector<index_t> order(static_cast<std::size_t>(candidates));
+      std::iota(order.begin(), order.end(), index_t{0});
+      const auto heavy = static_cast<std::ptrdiff_t>(std::min(candidates, heavy_slots()));
+      std::partial_sort(order.begin(), order.begin() + heavy, order.end(),
+                        [&](index_t a, index_t b) { return mass[a] != mass[b] ? mass[a] > mass[b] : a < b; });
+      order.resize(static_cast<std::size_t>(heavy));
+      std::sort(order.begin(), order.end());
+      for (index_t p : order) {
+        const index_t slot = head.heavy.rows();
+        head.heavy.write(slot, k.middle_rows(p, 1), v.middle_rows(p, 1));
+        head.heavy.set_rows(slot + 1);
+        head.heavy_position[static_cast<std::size_t>(slot)] = p;
+        head.heavy_score[static_cast<std::size_t>(slot)] = mass[p];
+      }
+      head.ring.write(0, k.middle_rows(candidates, in_window), v.middle_rows(candidates, in_window));
+      head.ring.set_rows(in_window);
+      for (index_t i = 0; i < in_window; ++i) {
+        head.ring_position[static_cast<std::size_t>(i)] = candidates + i;
+        head.ring_score[static_cast<std::size_t>(i)] = mass[candidates + i];
+      }
+    }
+    target.heads = std::move(heads);
+    target.tokens = tokens;
+    target.compressed = true;
+  }
+
+  /// The contract's append: each new token ([tokens, num_kv_heads, head_dim], any layout, not
+  /// pointing into this cache) enters the recent window with score 0; the token it pushes out
+  /// competes with the heavy hitters. Never allocates.
+  void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
+    constexpr const char* kWhere = "h2o_kv_cache::append";
+    layer_storage& l = layer_at(layer, kWhere);
+    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has not been compressed yet (call compress_layer with its prompt first)");
+    check_views(keys, values, kWhere);
+    detail::checked_add(l.tokens, keys.tokens(), "h2o_kv_cache::append: tokens");
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      head_state& head = l.heads[static_cast<std::size_t>(h)];
+      const matrix_view<const T> k = keys.head(h), v = values.head(h);
+      for (index_t t = 0; t < keys.tokens(); ++t) push(head, k.middle_rows(t, 1), v.middle_rows(t, 1), l.tokens + t);
+    }
+    l.tokens += keys.tokens();
+  }
+
+  /// Adds the attention that the newest queries.tokens() tokens' queries ([tokens,
+  /// num_query_heads, head_dim], any strides; GQA: a group's query heads add up for their kv
+  /// head) pay to each entry, causally as in decode_attention_multi: call it after append and
+  /// decode of those tokens. tokens must be <= recent_window(); queries must be finite.
+  template <class TQ>
+  void observe(index_t layer, layer_view<TQ> queries, std::optional<double> scale_option = {}) {
+    using Q = std::remove_const_t<TQ>;
+    constexpr const char* kWhere = "h2o_kv_cache::observe";
+    layer_storage& l = layer_at(layer, kWhere);
+    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") has not been compressed yet");
+    const layer_view<const Q> q_view = queries;
+    RAZORKV_CHECK(q_view.head_dim() == head_dim_, kShapeMismatch, kWhere, ": queries.head_dim() (", q_view.head_dim(),
+                  ") != head_dim (", head_dim_, ")");
+    RAZORKV_CHECK(q_view.heads() > 0 && q_view.heads() % num_kv_heads_ == 0, kShapeMismatch, kWhere,
+                  ": num_query_heads (", q_view.heads(), ") is not a positive multiple of num_kv_heads (",
+                  num_kv_heads_, ")");
+    RAZORKV_CHECK(q_view.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (", q_view.tokens(),
+                  ") exceeds the recent window (", recent_, ")");
+    const double scale = scale_option ? *scale_option : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, kWhere, ": scale (", scale, ") must be finite");
+    detail::check_finite(q_view, kWhere, "query");
+    const index_t tokens = q_view.tokens(), group = q_view.heads() / num_kv_heads_;
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      const index_t in_window = l.heads[static_cast<std::size_t>(h)].ring.rows();
+      RAZORKV_CHECK(tokens <= in_window, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
+                    ") exceeds the tokens in kv head ", h, "'s window (", in_window, ")");
+    }
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      head_state& head = l.heads[static_cast<std::size_t>(h)];
+      const index_t entries = head.heavy.rows() + head.ring.rows();
+      std::vector<double> logits(static_cast<std::size_t>(entries));
+      for (index_t q = h * group; q < (h + 1) * group; ++q) {
+        for (index_t t = 0; t < tokens; ++t) {
+          const Q* query = q_view.token(t).row(q);
+          const index_t visible = entries - (tokens - 1 - t);
+          double max_logit = -std::numeric_limits<double>::infinity(), sum = 0.0;
+          for_each_entry(head, [&](index_t e, const T* key, double&) {
+            if (e >= visible) return;
+            double dot = 0.0;
+            for (index_t c = 0; c < head_dim_; ++c) dot += detail::to_double(query[c]) * detail::to_double(key[c]);
+            logits[static_cast<std::size_t>(e)] = scale * dot;
+            max_logit = std::max(max_logit, scale * dot);
+          });
+          for (index_t e = 0; e < visible; ++e) sum += std::exp(logits[static_cast<std::size_t>(e)] - max_logit);
+          for_each_entry(head, [&](index_t e, const T*, double& score) {
+            if (e < visible) score += std::exp(logits[static_cast<std::size_t>(e)] - max_logit) / sum;
+          });
+        }
+      }
+    }
+  }
+
+  index_t num_spans(index_t layer, index_t kv_head) const {
+    index_t spans = 0;
+    for_each_span(head_at(layer, kv_head, "h2o_kv_cache::num_spans"), [&](const kv_span<T>&) { ++spans; });
+    return spans;
+  }
+  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
+    const head_state& head = head_at(layer, kv_head, "h2o_kv_cache::span");
+    index_t seen = 0;
+    kv_span<T> found{};
+    for_each_span(head, [&](const kv_span<T>& s) {
+      if (seen++ == i) found = s;
+    });
+    RAZORKV_CHECK(i >= 0 && i < seen, kOutOfRange, "h2o_kv_cache::span: span (", i, ") outside [0, ", seen, ")");
+    return found;
+  }
+
+  /// Sequence positions and accumulated attention of the head's entries, in entry order.
+  std::vector<index_t> positions(index_t layer, index_t kv_head) const {
+    std::vector<index_t> out;
+    const head_state& head = head_at(layer, kv_head, "h2o_kv_cache::positions");
+    for_each_entry(head, [&](index_t e, const T*, const double&) { out.push_back(entry_position(head, e)); });
+    return out;
+  }
+  std::vector<double> scores(index_t layer, index_t kv_head) const {
+    std::vector<double> out;
+    for_each_entry(head_at(layer, kv_head, "h2o_kv_cache::scores"),
+                   [&](index_t, const T*, const double& score) { out.push_back(score); });
+    return out;
+  }
+  index_t kv_bytes() const { return held_kv_bytes(*this); }
+
+ private:
+  struct head_state {
+    detail::head_rows<T> heavy;                // [heavy_slots, dim]; rows() slots are filled
+    std::vector<index_t> heavy_position;       // [heavy_slots], by slot
+    std::vector<double> heavy_score;           // [heavy_slots], by slot
+    detail::head_rows<T> ring;                 // [recent, dim]; a ring once full
+    std::vector<index_t> ring_position;        // [recent], by ring slot
+    std::vector<double> ring_score;            // [recent], by ring slot
+    index_t ring_start = 0;                    // slot of the oldest window token
+  };
+  struct layer_storage {
+    std::vector<head_state> heads;
+    index_t tokens = 0;
+    bool compressed = false;
+  };
+
+  // Slot of window entry i (0 = oldest).
+  index_t ring_slot(const head_state& head, index_t i) const noexcept { return (head.ring_start + i) % recent_; }
+
+  index_t entry_position(const head_state& head, index_t e) const {
+    const index_t heavy = head.heavy.rows();
+    return e < heavy ? head.heavy_position[static_cast<std::size_t>(e)]
+                     : head.ring_position[static_cast<std::size_t>(ring_slot(head, e - heavy))];
+  }
+
+  // Calls f(entry index, key row, score) for every entry in span order.
+  template <class Head, class F>
+  void for_each_entry(Head& head, F&& f) const {
+    const index_t heavy = head.heavy.rows();
+    for (index_t e = 0; e < heavy; ++e) f(e, head.heavy.key_row(e), head.heavy_score[static_cast<std::size_t>(e)]);
+    for (index_t i = 0; i < head.ring.rows(); ++i) {
+      const index_t slot = ring_slot(head, i);
+      f(heavy + i, head.ring.key_row(slot), head.ring_score[static_cast<std::size_t>(slot)]);
+    }
+  }
+
+  template <class F>
+  void for_each_span(const head_state& head, F&& f) const {
+    const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count) {
+      if (count > 0) f(kv_span<T>{rows.keys(first, count), rows.values(first, count), 0.0f});
+    };
+    part(head.heavy, 0, head.heavy.rows());
+    const index_t rows = head.ring.rows(), first_part = std::min(rows, recent_ - head.ring_start);
+    part(head.ring, head.ring_start, first_part);
+    part(head.ring, 0, rows - first_part);
+  }
+
+  // One new token into the window; the token it pushes out may become a heavy hitter.
+  void push(head_state& head, const matrix_view<const T>& key, const matrix_view<const T>& value, index_t position) {
+    if (head.ring.rows() < recent_) {  // not full yet: ring_start is 0
+      const index_t slot = head.ring.rows();
+      head.ring.write(slot, key, value);
+      head.ring.set_rows(slot + 1);
+      head.ring_position[static_cast<std::size_t>(slot)] = position;
+      head.ring_score[static_cast<std::size_t>(slot)] = 0.0;
+      return;
+    }
+    const index_t leaving = head.ring_start;
+    const std::size_t lu = static_cast<std::size_t>(leaving);
+    const matrix_view<const T> leaving_key = head.ring.keys(leaving, 1), leaving_value = head.ring.values(leaving, 1);
+    const index_t filled = head.heavy.rows();
+    if (filled < heavy_slots()) {
+      head.heavy.write(filled, leaving_key, leaving_value);
+      head.heavy.set_rows(filled + 1);
+      head.heavy_position[static_cast<std::size_t>(filled)] = head.ring_position[lu];
+      head.heavy_score[static_cast<std::size_t>(filled)] = head.ring_score[lu];
+    } else if (filled > 0) {
+      const auto weakest = static_cast<index_t>(
+          std::min_element(head.heavy_score.begin(), head.heavy_score.end()) - head.heavy_score.begin());
+      if (head.ring_score[lu] > head.heavy_score[static_cast<std::size_t>(weakest)]) {
+        head.heavy.write(weakest, leaving_key, leaving_value);
+        head.heavy_position[static_cast<std::size_t>(weakest)] = head.ring_position[lu];
+        head.heavy_score[static_cast<std::size_t>(weakest)] = head.ring_score[lu];
+      }
+    }
+    head.ring.write(leaving, key, value);
+    head.ring_position[lu] = position;
+    head.ring_score[lu] = 0.0;
+    head.ring_start = (head.ring_start + 1) % recent_;
+  }
+
+  const layer_storage& layer_at(index_t layer, const char* where) const {
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer, ") outside [0, ",
+                  num_layers_, ")");
+    return layers_[static_cast<std::size_t>(layer)];
+  }
+  layer_storage& layer_at(index_t layer, const char* where) {
+    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
+  }
+  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
+    const layer_storage& l = layer_at(layer, where);
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (", kv_head,
+                  ") outside [0, ", num_kv_heads_, ")");
+    static const head_state empty{};
+    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
+  }
+  void check_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {
+    for (const auto* view : {&keys, &values}) {
+      const char* name = view == &keys ? "keys" : "values";
+      RAZORKV_CHECK(view->heads() == num_kv_heads_, kShapeMismatch, where, ": ", name, ".heads() (", view->heads(),
+                    ") != num_kv_heads (", num_kv_heads_, ")");
+      RAZORKV_CHECK(view->head_dim() == head_dim_, kShapeMismatch, where, ": ", name, ".head_dim() (",
+                    view->head_dim(), ") != head_dim (", head_dim_, ")");
+    }
+    RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
+                  ") != values.tokens() (", values.tokens(), ")");
+  }
+
+  index_t num_layers_, num_kv_heads_, head_dim_, budget_, recent_ = 1;
+  std::vector<layer_storage> layers_;  // [num_layers]
+};
+
+static_assert(is_kv_cache_v<h2o_kv_cache<float>>, "h2o_kv_cache must satisfy the KV-cache contract");
+
+RAZORKV_END_NAMESPACE

@@ -1,0 +1,184 @@
+// razorkv/policies/selected_cache.hpp: selected_kv_cache<T>, a cache that keeps a chosen set of
+// prompt positions per kv head (SnapKV's choice, or any other) plus every token decoded after.
+#pragma once
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/head_rows.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// Per (layer, kv head): the K/V of the prompt positions a policy chose for that head, in
+/// position order, followed by every token appended after compression (one span per head). The
+/// positions differ from head to head; a GQA group is one kv head, so its query heads share one
+/// copy of the kept K/V.
+///
+/// Spans stay valid until the next append or compress_layer on the same layer.
+template <class T>
+class selected_kv_cache {
+  static_assert(is_storage_dtype_v<T>, "razorkv::selected_kv_cache: unsupported storage dtype");
+
+ public:
+  using value_type = T;
+
+  selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim)
+      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
+    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument,
+                  "selected_kv_cache: num_layers (", num_layers, "), num_kv_heads (", num_kv_heads, ") and head_dim (",
+                  head_dim, ") must be > 0");
+    layers_.resize(static_cast<std::size_t>(num_layers));
+  }
+
+  index_t num_layers() const noexcept { return num_layers_; }
+  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
+  index_t head_dim() const noexcept { return head_dim_; }
+  bool is_compressed(index_t layer) const { return layer_at(layer, "selected_kv_cache::is_compressed").compressed; }
+  /// Tokens the layer has seen: the prompt plus every appended token.
+  index_t num_tokens(index_t layer) const { return layer_at(layer, "selected_kv_cache::num_tokens").tokens; }
+
+  /// Sequence positions of the head's entries, in entry order (appended tokens continue from N).
+  const std::vector<index_t>& positions(index_t layer, index_t kv_head) const {
+    return head_at(layer, kv_head, "selected_kv_cache::positions").positions;
+  }
+
+  /// Keeps, for every kv head h, the prompt positions `keep[h]` (strictly increasing, in
+  /// [0, N)) of keys and values ([N, num_kv_heads, head_dim], any layout, read in place). The
+  /// layer must not be compressed yet. On error nothing changes.
+  void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
+                      const std::vector<std::vector<index_t>>& keep) {
+    constexpr const char* kWhere = "selected_kv_cache::compress_layer";
+    layer_storage& target = layer_at(layer, kWhere);
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    check_views(keys, values, kWhere);
+    RAZORKV_CHECK(static_cast<index_t>(keep.size()) == num_kv_heads_, kShapeMismatch, kWhere, ": keep has ",
+                  keep.size(), " lists, expected num_kv_heads (", num_kv_heads_, ")");
+    const index_t tokens = keys.tokens();
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      const std::vector<index_t>& list = keep[static_cast<std::size_t>(h)];
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        RAZORKV_CHECK(list[i] >= 0 && list[i] < tokens, kOutOfRange, kWhere, ": keep[", h, "][", i, "] (", list[i],
+                      ") outside the prompt [0, ", tokens, ")");
+        RAZORKV_CHECK(i == 0 || list[i] > list[i - 1], kInvalidArgument, kWhere, ": keep[", h, "] is not strictly "
+                      "increasing at ", i, " (", list[i - 1], " then ", list[i], ")");
+      }
+    }
+    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      head_state& head = heads[static_cast<std::size_t>(h)];
+      head.positions = keep[static_cast<std::size_t>(h)];
+      head.rows = detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim_);
+    }
+    for (index_t h = 0; h < num_kv_heads_; ++h) {
+      head_state& head = heads[static_cast<std::size_t>(h)];
+      const matrix_view<const T> k = keys.head(h), v = values.head(h);
+      for (index_t i = 0; i < static_cast<index_t>(head.positions.size()); ++i) {
+        const index_t p = head.positions[static_cast<std::size_t>(i)];
+        head.rows.write(i, k.middle_rows(p, 1), v.middle_rows(p, 1));
+      }
+      head.rows.set_rows(static_cast<index_t>(head.positions.size()));
+    }
+    target.heads = std::move(heads);
+    target.tokens = tokens;
+    target.compressed = true;
+  }
+
+  /// The contract's append: every kv head of a compressed layer keeps the new tokens
+  /// ([tokens, num_kv_heads, head_dim], any layout, not pointing into this cache). On error
+  /// (including a failed allocation) nothing changes.
+  void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
+    constexpr const char* kWhere = "selected_kv_cache::append";
+    layer_storage& l = layer_at(layer, kWhere);
+    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has not been compressed yet (call compress_layer with its prompt first)");
+    check_views(keys, values, kWhere);
+    const index_t added = keys.tokens();
+    if (added == 0) return;
+    const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
+    std::vector<detail::head_rows<T>> grown(l.heads.size());
+    std::vector<std::vector<index_t>> positions(l.heads.size());
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      const detail::head_rows<T>& rows = l.heads[h].rows;
+      const index_t needed = detail::checked_add(rows.rows(), added, "selected_kv_cache::append: rows");
+      if (needed > rows.capacity()) grown[h] = rows.grown(std::max(needed, rows.capacity() + rows.capacity() / 2));
+      positions[h].reserve(l.heads[h].positions.size() + static_cast<std::size_t>(added));
+      positions[h] = l.heads[h].positions;
+      for (index_t t = 0; t < added; ++t) positions[h].push_back(l.tokens + t);
+    }
+    // No allocation and nothing that throws from here on.
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      head_state& head = l.heads[h];
+      if (grown[h].capacity() > 0) head.rows = std::move(grown[h]);
+      head.rows.write(head.rows.rows(), keys.head(static_cast<index_t>(h)), values.head(static_cast<index_t>(h)));
+      head.rows.set_rows(head.rows.rows() + added);
+      head.positions.swap(positions[h]);
+    }
+    l.tokens = total;
+  }
+
+  index_t num_spans(index_t layer, index_t kv_head) const {
+    return head_at(layer, kv_head, "selected_kv_cache::num_spans").rows.rows() > 0 ? 1 : 0;
+  }
+  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
+    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::span");
+    RAZORKV_CHECK(i == 0 && head.rows.rows() > 0, kOutOfRange, "selected_kv_cache::span: span (", i, ") outside [0, ",
+                  head.rows.rows() > 0 ? 1 : 0, ")");
+    return kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()), 0.0f};
+  }
+
+  /// Entries of one head, and the K/V bytes of the head, the layer, the cache.
+  index_t entries(index_t layer, index_t kv_head) const { return head_at(layer, kv_head, "selected_kv_cache::entries").rows.rows(); }
+  index_t kv_bytes() const { return held_kv_bytes(*this); }
+
+ private:
+  struct head_state {
+    detail::head_rows<T> rows;      // [entries, head_dim], position order
+    std::vector<index_t> positions;  // [entries]
+  };
+  struct layer_storage {
+    std::vector<head_state> heads;  // [num_kv_heads] once compressed
+    index_t tokens = 0;
+    bool compressed = false;
+  };
+
+  const layer_storage& layer_at(index_t layer, const char* where) const {
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer, ") outside [0, ",
+                  num_layers_, ")");
+    return layers_[static_cast<std::size_t>(layer)];
+  }
+  layer_storage& layer_at(index_t layer, const char* where) {
+    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
+  }
+  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
+    const layer_storage& l = layer_at(layer, where);
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (", kv_head,
+                  ") outside [0, ", num_kv_heads_, ")");
+    static const head_state empty{};
+    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
+  }
+  void check_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {
+    for (const auto* view : {&keys, &values}) {
+      const char* name = view == &keys ? "keys" : "values";
+      RAZORKV_CHECK(view->heads() == num_kv_heads_, kShapeMismatch, where, ": ", name, ".heads() (", view->heads(),
+                    ") != num_kv_heads (", num_kv_heads_, ")");
+      RAZORKV_CHECK(view->head_dim() == head_dim_, kShapeMismatch, where, ": ", name, ".head_dim() (",
+                    view->head_dim(), ") != head_dim (", head_dim_, ")");
+    }
+    RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
+                  ") != values.tokens() (", values.tokens(), ")");
+  }
+
+  index_t num_layers_, num_kv_heads_, head_dim_;
+  std::vector<layer_storage> layers_;  // [num_layers]
+};
+
+static_assert(is_kv_cache_v<selected_kv_cache<float>>, "selected_kv_cache must satisfy the KV-cache contract");
+
+RAZORKV_END_NAMESPACE
