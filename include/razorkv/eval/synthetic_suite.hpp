@@ -2,11 +2,13 @@
 // calibrating on a probe, and owned Q/K/V of any token sequence as an eval_prompt.
 #pragma once
 
+#include <exception>
 #include <utility>
 #include <vector>
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/eval/harness.hpp"
 #include "razorkv/eval/needle_task.hpp"
@@ -69,16 +71,27 @@ class planted_prompt {
   static std::vector<planted_layer> make_layers(const std::vector<planted_layer_config>& model,
                                                 const std::vector<index_t>& token_slots, index_t vocabulary,
                                                 const needle_task* task = nullptr) {
-    std::vector<planted_layer> layers;
-    for (const planted_layer_config& config : model) {
-      planted_layer layer = make_planted_layer(token_slots, vocabulary, config);
-      for (index_t p : task ? task->needle_positions : std::vector<index_t>{}) {
-        const auto scale = static_cast<float>(task->answer_value_scale);
-        const std::size_t first = static_cast<std::size_t>(p * layer.num_kv_heads * layer.head_dim);
-        const std::size_t count = static_cast<std::size_t>(2 * layer.num_kv_heads * layer.head_dim);  // A_i, B_i
-        for (std::size_t i = first; i < first + count; ++i) layer.values[i] *= scale;
+    // Layers draw from their own seeds, so they are built in parallel (the generator dominates
+    // the harness's time otherwise); an error in any is rethrown here.
+    std::vector<planted_layer> layers(model.size());
+    std::vector<std::exception_ptr> errors(model.size());
+    detail::run_parallel({}, static_cast<index_t>(model.size()), [&](index_t l) {
+      const auto lu = static_cast<std::size_t>(l);
+      try {
+        planted_layer layer = make_planted_layer(token_slots, vocabulary, model[lu]);
+        for (index_t p : task ? task->needle_positions : std::vector<index_t>{}) {
+          const auto scale = static_cast<float>(task->answer_value_scale);
+          const std::size_t first = static_cast<std::size_t>(p * layer.num_kv_heads * layer.head_dim);
+          const std::size_t count = static_cast<std::size_t>(2 * layer.num_kv_heads * layer.head_dim);  // A_i, B_i
+          for (std::size_t i = first; i < first + count; ++i) layer.values[i] *= scale;
+        }
+        layers[lu] = std::move(layer);
+      } catch (...) {
+        errors[lu] = std::current_exception();
       }
-      layers.push_back(std::move(layer));
+    });
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);
     }
     return layers;
   }

@@ -94,20 +94,21 @@ attention_mass observed_attention(layer_view<TQ> queries, layer_view<TK> keys, c
     detail::score_matrix key_rows, query_rows, logits;
     detail::widen_head(k_view, kv_head, nullptr, 1.0f, key_rows);
     Eigen::ArrayXd column_mass = Eigen::ArrayXd::Zero(tokens);
+    Eigen::ArrayXf block_mass(tokens);  // one block's rows summed in float (<= 128 terms), then added in double
     for (index_t q = kv_head * group; q < (kv_head + 1) * group; ++q) {
       detail::widen_head(q_view, q, nullptr, static_cast<float>(scale), query_rows);
       for (index_t first = 0; first < observed; first += block_rows) {
         const index_t rows = std::min(block_rows, observed - first);
         const index_t visible = first_position + first + rows;  // columns the block's last row sees
         logits.noalias() = query_rows.middleRows(first, rows) * key_rows.topRows(visible).transpose();
+        block_mass.head(visible).setZero();
         for (index_t r = 0; r < rows; ++r) {
           const index_t seen = first_position + first + r + 1;  // causal: positions [0, seen)
           auto row = logits.row(r).head(seen).array();
           row = (row - row.maxCoeff()).exp();
-          row /= row.sum();
-          logits.row(r).tail(visible - seen).setZero();
+          block_mass.head(seen) += row.transpose() * (1.0f / row.sum());
         }
-        column_mass.head(visible) += logits.colwise().sum().transpose().template cast<double>().array();
+        column_mass.head(visible) += block_mass.head(visible).template cast<double>();
       }
     }
     Eigen::Map<Eigen::ArrayXd>(mass.values.data() + kv_head * tokens, tokens) = column_mass;
