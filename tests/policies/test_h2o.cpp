@@ -96,7 +96,7 @@ TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
       const std::vector<double> after = cache.scores(0, h);
       ASSERT_EQ(after.size(), added.size());
       for (std::size_t e = 0; e < after.size(); ++e) {
-        EXPECT_NEAR(after[e] - before[static_cast<std::size_t>(h)][e], added[e], 1e-12);
+        EXPECT_NEAR(after[e] - before[static_cast<std::size_t>(h)][e], added[e], 1e-6);  // float logits
       }
       EXPECT_EQ(razorkv::num_entries(cache, 0, h), 20);
     }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <optional>
 #include <type_traits>
@@ -14,9 +13,11 @@
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
+#include "razorkv/core/eigen.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
+#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/observed_attention.hpp"
 
@@ -150,9 +151,11 @@ class h2o_kv_cache {
   /// Adds the attention that the newest queries.tokens() tokens' queries ([tokens,
   /// num_query_heads, head_dim], any strides; GQA: a group's query heads add up for their kv
   /// head) pay to each entry, causally as in decode_attention_multi: call it after append and
-  /// decode of those tokens. tokens must be <= recent_window(); queries must be finite.
+  /// decode of those tokens. tokens must be <= recent_window(); queries must be finite. Kv
+  /// heads run in parallel (`parallel_for`, else OpenMP when compiled with it).
   template <class TQ>
-  void observe(index_t layer, layer_view<TQ> queries, std::optional<double> scale_option = {}) {
+  void observe(index_t layer, layer_view<TQ> queries, std::optional<double> scale_option = {},
+               const parallel_for_fn& parallel_for = {}) {
     using Q = std::remove_const_t<TQ>;
     constexpr const char* kWhere = "h2o_kv_cache::observe";
     layer_storage& l = layer_at(layer, kWhere);
@@ -174,29 +177,39 @@ class h2o_kv_cache {
       RAZORKV_CHECK(tokens <= in_window, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
                     ") exceeds the tokens in kv head ", h, "'s window (", in_window, ")");
     }
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    // Per kv head: logits of every (query head of the group, token) against every entry in one
+    // product per span, then a causal softmax per row, added to the entries' scores in double.
+    detail::run_parallel(parallel_for, num_kv_heads_, [&](index_t h) {
+      row_matrix<float> scaled_queries(group * tokens, head_dim_), logits;
       head_state& head = l.heads[static_cast<std::size_t>(h)];
-      const index_t entries = head.heavy.rows() + head.ring.rows();
-      std::vector<double> logits(static_cast<std::size_t>(entries));
-      for (index_t q = h * group; q < (h + 1) * group; ++q) {
+      for (index_t g = 0; g < group; ++g) {
         for (index_t t = 0; t < tokens; ++t) {
-          const Q* query = q_view.token(t).row(q);
-          const index_t visible = entries - (tokens - 1 - t);
-          double max_logit = -std::numeric_limits<double>::infinity(), sum = 0.0;
-          for_each_entry(head, [&](index_t e, const T* key, double&) {
-            if (e >= visible) return;
-            double dot = 0.0;
-            for (index_t c = 0; c < head_dim_; ++c) dot += detail::to_double(query[c]) * detail::to_double(key[c]);
-            logits[static_cast<std::size_t>(e)] = scale * dot;
-            max_logit = std::max(max_logit, scale * dot);
-          });
-          for (index_t e = 0; e < visible; ++e) sum += std::exp(logits[static_cast<std::size_t>(e)] - max_logit);
-          for_each_entry(head, [&](index_t e, const T*, double& score) {
-            if (e < visible) score += std::exp(logits[static_cast<std::size_t>(e)] - max_logit) / sum;
-          });
+          const Q* query = q_view.token(t).row(h * group + g);
+          for (index_t c = 0; c < head_dim_; ++c) {
+            scaled_queries(g * tokens + t, c) = static_cast<float>(scale * detail::to_double(query[c]));
+          }
         }
       }
-    }
+      const index_t entries = head.heavy.rows() + head.ring.rows();
+      logits.resize(group * tokens, entries);
+      index_t column = 0;
+      for_each_span(head, [&](const kv_span<T>& span) {
+        logits.middleCols(column, span.length()).noalias() =
+            scaled_queries * as_eigen(span.keys).template cast<float>().transpose();
+        column += span.length();
+      });
+      for (index_t r = 0; r < group * tokens; ++r) {
+        const index_t visible = entries - (tokens - 1 - r % tokens);  // causal among the new tokens
+        auto row = logits.row(r).head(visible).array();
+        row = (row - row.maxCoeff()).exp();
+        row /= row.sum();
+      }
+      for_each_entry(head, [&](index_t e, const T*, double& score) {
+        for (index_t r = 0; r < group * tokens; ++r) {
+          if (e < entries - (tokens - 1 - r % tokens)) score += static_cast<double>(logits(r, e));
+        }
+      });
+    });
   }
 
   index_t num_spans(index_t layer, index_t kv_head) const {
