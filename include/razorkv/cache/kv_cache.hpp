@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -84,6 +85,26 @@ void check_layer(const Cache& cache, index_t layer, const char* where) {
   RAZORKV_CHECK(layer >= 0 && layer < static_cast<index_t>(cache.num_layers()), kOutOfRange, where,
                 ": layer (", layer, ") outside [0, ", cache.num_layers(), ")");
 }
+
+namespace detail {
+
+// Throws unless keys and values are both [tokens, kv_heads, head_dim] with the same tokens: the
+// check every cache's append and compression make on the K/V handed to them.
+template <class T>
+void check_token_views(const layer_view<const T>& keys, const layer_view<const T>& values, index_t kv_heads,
+                       index_t head_dim, const char* where) {
+  for (const layer_view<const T>* view : {&keys, &values}) {
+    const char* name = view == &keys ? "keys" : "values";
+    RAZORKV_CHECK(view->heads() == kv_heads, kShapeMismatch, where, ": ", name, ".heads() (", view->heads(),
+                  ") != num_kv_heads (", kv_heads, ")");
+    RAZORKV_CHECK(view->head_dim() == head_dim, kShapeMismatch, where, ": ", name, ".head_dim() (", view->head_dim(),
+                  ") != head_dim (", head_dim, ")");
+  }
+  RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
+                ") != values.tokens() (", values.tokens(), ")");
+}
+
+}  // namespace detail
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.
 template <class Cache>

@@ -90,7 +90,7 @@ class razor_kv_cache {
   void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
                       const parallel_for_fn& parallel_for = {}) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
-    check_layer_views(keys, values, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       heads[static_cast<std::size_t>(h)].keys.push_back(keys.head(h));
@@ -155,7 +155,7 @@ class razor_kv_cache {
     layer_storage& l = layer_at(layer, kWhere);
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet (call compress_layer with its prefill first)");
-    check_layer_views(keys, values, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t added = keys.tokens();
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
@@ -337,19 +337,6 @@ class razor_kv_cache {
     const index_t first_part = start == 0 ? rows : std::min(rows, head.window - start);
     part(head.recent, start, first_part, 0.0f);
     part(head.recent, 0, rows - first_part, 0.0f);
-  }
-
-  void check_layer_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {
-    const auto check_one = [&](const layer_view<const T>& view, const char* name) {
-      RAZORKV_CHECK(view.heads() == num_kv_heads(), kShapeMismatch, where, ": ", name, ".heads() (", view.heads(),
-                    ") != num_kv_heads (", num_kv_heads(), ")");
-      RAZORKV_CHECK(view.head_dim() == head_dim(), kShapeMismatch, where, ": ", name, ".head_dim() (",
-                    view.head_dim(), ") != head_dim (", head_dim(), ")");
-    };
-    check_one(keys, "keys");
-    check_one(values, "values");
-    RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
-                  ") != values.tokens() (", values.tokens(), ")");
   }
 
   // One head's prefill as contiguous pieces, oldest first: one piece for a layer view, one per

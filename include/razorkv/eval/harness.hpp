@@ -154,18 +154,18 @@ class eval_prompt {
   index_t prompt_tokens() const noexcept { return prompt_tokens_; }
   index_t decode_steps() const noexcept { return layers_[0].queries.tokens() - prompt_tokens_; }
 
-  /// observed_attention of the prompt's last `observed` queries in `layer`, and the seconds
+  /// observed_attention of the prompt's last `queries` queries in `layer`, and the seconds
   /// it took when first computed.
-  const std::pair<attention_mass, double>& observed(index_t layer, index_t observed,
+  const std::pair<attention_mass, double>& observed(index_t layer, index_t queries,
                                                     const parallel_for_fn& parallel_for = {}) const {
     std::lock_guard<std::mutex> lock(memo_->mutex);
-    auto& slot = memo_->masses[{layer, observed}];
+    auto& slot = memo_->masses[{layer, queries}];
     if (!slot) {
       const layer_sequence<T>& s = this->layer(layer);
       observation_options options;
       options.parallel_for = parallel_for;
       const auto start = std::chrono::steady_clock::now();
-      attention_mass mass = observed_attention(s.queries.middle_tokens(prompt_tokens_ - observed, observed),
+      attention_mass mass = observed_attention(s.queries.middle_tokens(prompt_tokens_ - queries, queries),
                                                s.keys.middle_tokens(0, prompt_tokens_), options);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       slot = std::make_unique<std::pair<attention_mass, double>>(std::move(mass), seconds);
@@ -203,9 +203,18 @@ struct run_options {
 
 namespace detail {
 
+// Builds the policy's cache of the prompt. memo_credit gets, for every memoised attention score
+// used, its recorded cost minus what fetching it took now, so that compression time always
+// includes scoring once, whether this run computed it or an earlier run on the prompt did.
 template <class T>
 policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, index_t budget, const run_options& options,
-                                double& scoring_seconds) {
+                                double& memo_credit) {
+  const auto observed = [&](index_t layer, index_t queries) -> const attention_mass& {
+    const auto start = std::chrono::steady_clock::now();
+    const auto& [mass, seconds] = prompt.observed(layer, queries, options.parallel_for);
+    memo_credit += seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return mass;
+  };
   const model_shape& shape = prompt.shape();
   const index_t n = prompt.prompt_tokens();
   const auto keys = [&](index_t l) { return prompt.layer(l).keys.middle_tokens(0, n); };
@@ -232,8 +241,7 @@ policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, i
       check_snapkv(p.snapkv, n, budget, "run_policy: snapkv");
       selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
       for (index_t l = 0; l < shape.num_layers; ++l) {
-        const auto& [votes, seconds] = prompt.observed(l, p.snapkv.window, options.parallel_for);
-        scoring_seconds += seconds;
+        const attention_mass& votes = observed(l, p.snapkv.window);
         std::vector<std::vector<index_t>> keep;
         for (index_t h = 0; h < shape.num_kv_heads; ++h) keep.push_back(snapkv_positions(votes.head(h), n, budget, p.snapkv));
         cache.compress_layer(l, keys(l), values(l), keep);
@@ -241,14 +249,12 @@ policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, i
       return cache;
     }
     case policy_kind::kH2O: {
-      const index_t observed = p.h2o_observed_queries > 0 ? p.h2o_observed_queries : n;
-      RAZORKV_CHECK(observed <= n, kInvalidArgument, "run_policy: h2o_observed_queries (", observed,
+      const index_t observed_queries = p.h2o_observed_queries > 0 ? p.h2o_observed_queries : n;
+      RAZORKV_CHECK(observed_queries <= n, kInvalidArgument, "run_policy: h2o_observed_queries (", observed_queries,
                     ") exceeds the prompt (", n, " tokens)");
       h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget, p.h2o);
       for (index_t l = 0; l < shape.num_layers; ++l) {
-        const auto& [mass, seconds] = prompt.observed(l, observed, options.parallel_for);
-        scoring_seconds += seconds;
-        cache.compress_layer(l, keys(l), values(l), mass);
+        cache.compress_layer(l, keys(l), values(l), observed(l, observed_queries));
       }
       return cache;
     }
@@ -273,12 +279,10 @@ policy_run run_policy(const policy& p, const eval_prompt<T>& prompt, const memor
   run.budget_entries = entries_per_head(budget, shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
   run.full_kv_bytes = full_kv_bytes(shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
 
-  double scoring_seconds = 0;
+  double memo_credit = 0;
   const auto start = clock::now();
-  policy_cache<T> cache = detail::compress_prompt(p, prompt, run.budget_entries, options, scoring_seconds);
-  run.compress_seconds = std::chrono::duration<double>(clock::now() - start).count();
-  // Scores memoised by an earlier run on this prompt still count as this policy's work.
-  if (run.compress_seconds < scoring_seconds) run.compress_seconds = scoring_seconds;
+  policy_cache<T> cache = detail::compress_prompt(p, prompt, run.budget_entries, options, memo_credit);
+  run.compress_seconds = std::chrono::duration<double>(clock::now() - start).count() + memo_credit;
   std::visit([&](const auto& c) { run.kv_bytes = held_kv_bytes(c); }, cache);
 
   const index_t steps = prompt.decode_steps(), heads = shape.num_query_heads, dim = shape.head_dim;

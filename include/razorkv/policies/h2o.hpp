@@ -81,7 +81,7 @@ class h2o_kv_cache {
     constexpr const char* kWhere = "h2o_kv_cache::compress_layer";
     layer_storage& target = layer_at(layer, kWhere);
     RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
-    check_views(keys, values, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
     const index_t tokens = keys.tokens();
     RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads_ && prompt_mass.tokens == tokens, kShapeMismatch, kWhere,
                   ": prompt_mass is [", prompt_mass.num_kv_heads, " kv heads, ", prompt_mass.tokens,
@@ -138,7 +138,7 @@ class h2o_kv_cache {
     layer_storage& l = layer_at(layer, kWhere);
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet (call compress_layer with its prompt first)");
-    check_views(keys, values, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
     detail::checked_add(l.tokens, keys.tokens(), "h2o_kv_cache::append: tokens");
     for (index_t h = 0; h < num_kv_heads_; ++h) {
       head_state& head = l.heads[static_cast<std::size_t>(h)];
@@ -338,17 +338,6 @@ class h2o_kv_cache {
                   ") outside [0, ", num_kv_heads_, ")");
     static const head_state empty{};
     return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
-  }
-  void check_views(const layer_view<const T>& keys, const layer_view<const T>& values, const char* where) const {
-    for (const auto* view : {&keys, &values}) {
-      const char* name = view == &keys ? "keys" : "values";
-      RAZORKV_CHECK(view->heads() == num_kv_heads_, kShapeMismatch, where, ": ", name, ".heads() (", view->heads(),
-                    ") != num_kv_heads (", num_kv_heads_, ")");
-      RAZORKV_CHECK(view->head_dim() == head_dim_, kShapeMismatch, where, ": ", name, ".head_dim() (",
-                    view->head_dim(), ") != head_dim (", head_dim_, ")");
-    }
-    RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
-                  ") != values.tokens() (", values.tokens(), ")");
   }
 
   index_t num_layers_, num_kv_heads_, head_dim_, budget_, recent_ = 1;
