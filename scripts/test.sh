@@ -2,7 +2,8 @@
 # The whole razorkv test suite on a fresh Debian machine: installs what it needs, then
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory and find_package), benchmark and demo smoke runs;
-#  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests.
+#  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests;
+#  3. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 60) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
@@ -24,5 +25,8 @@ razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=cl
   -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON
 (cd "$build/asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (sanitizer build)"
+
+echo "== razorkv: libFuzzer targets, ${RAZORKV_FUZZ_SECONDS:-60} s each"
+bash "$razorkv_root/scripts/fuzz.sh" || razorkv_fail "fuzzing found a failure"
 
 echo "razorkv: all tests passed"

@@ -128,4 +128,46 @@ TEST_F(RazorkvDecodeErrors, MalformedSpansFromACustomCache) {
   expect_out_untouched();
 }
 
+// NaN/Inf policy: by default (engines) non-finite input is not scanned for and propagates only
+// to the outputs that read it; attention_options::check_finite names it before any write.
+TEST(RazorkvDecodeFinite, UncheckedPropagatesCheckedNamesTheValue) {
+  const index_t dim = 8, kv_heads = 2, query_heads = 4, tokens = 6;
+  std::mt19937_64 rng(4);
+  auto keys = razorkv_test::random_values<float>(static_cast<std::size_t>(tokens * kv_heads * dim), rng);
+  const auto values = razorkv_test::random_values<float>(keys.size(), rng);
+  keys[static_cast<std::size_t>((3 * kv_heads + 1) * dim + 5)] = std::numeric_limits<float>::quiet_NaN();  // token 3, kv head 1
+  razorkv::dense_kv_cache<float> cache(1, kv_heads, dim);
+  cache.append(0, layer_view<const float>::nhd(keys.data(), tokens, kv_heads, dim),
+               layer_view<const float>::nhd(values.data(), tokens, kv_heads, dim));
+  std::vector<float> queries = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
+  std::vector<float> out(queries.size(), 7.0f);
+  const matrix_view<const float> q(queries.data(), query_heads, dim);
+  const matrix_view<float> o(out.data(), query_heads, dim);
+
+  razorkv::decode_attention(cache, 0, q, o);  // unchecked: kv head 0's query heads are untouched by the NaN
+  for (index_t h = 0; h < query_heads; ++h) {
+    for (index_t c = 0; c < dim; ++c) EXPECT_EQ(std::isfinite(out[static_cast<std::size_t>(h * dim + c)]), h < 2);
+  }
+
+  razorkv::attention_options checked;
+  checked.check_finite = true;
+  std::fill(out.begin(), out.end(), 7.0f);
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q, o, checked), kInvalidArgument,
+                       "decode_attention: key (nan) at kv head 1 entry 3 dim 5 is not finite");
+  for (float x : out) EXPECT_EQ(x, 7.0f);
+  keys[static_cast<std::size_t>((3 * kv_heads + 1) * dim + 5)] = 0.5f;
+  razorkv::dense_kv_cache<float> clean(1, kv_heads, dim);
+  clean.append(0, layer_view<const float>::nhd(keys.data(), tokens, kv_heads, dim),
+               layer_view<const float>::nhd(values.data(), tokens, kv_heads, dim));
+  razorkv::decode_attention(clean, 0, q, o, checked);  // finite input passes and decodes
+  for (float x : out) EXPECT_TRUE(std::isfinite(x));
+  queries[9] = std::numeric_limits<float>::infinity();
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(clean, 0, q, o, checked), kInvalidArgument,
+                       "query (inf) at token 0 head 1 dim 1 is not finite");
+  queries[9] = 3e38f;
+  checked.scale = 100.0;
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(clean, 0, q, o, checked), kInvalidArgument,
+                       "a query times the scale (inf) overflows");
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 #include <razorkv/io/npy.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,16 @@ TEST(RazorkvNpy, ReadsHalfBfloatAndInt32) {
             (std::vector<std::int64_t>{1, -2}));
   // A scalar has shape () and one element.
   EXPECT_EQ(razorkv::io::parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", raw(std::vector<float>{4.0f}))).size(), 1);
+}
+
+TEST(RazorkvNpy, FloatsReadAsIntegersMustFit) {
+  const std::vector<float> values = {1.0f, -3.0f, std::numeric_limits<float>::infinity(), 5e9f};
+  const auto a = razorkv::io::parse_npy(razorkv::io::format_npy(values, {4}));
+  EXPECT_EQ(a.to<float>()[2], std::numeric_limits<float>::infinity());
+  RAZORKV_EXPECT_ERROR(a.to<std::int64_t>(), kInvalidArgument, "element 2 (inf) is not representable as a 64-bit integer");
+  RAZORKV_EXPECT_ERROR(a.to<std::int32_t>(), kInvalidArgument, "is not representable as a 32-bit integer");
+  const auto fits = razorkv::io::parse_npy(razorkv::io::format_npy(std::vector<float>{1.0f, -3.0f}, {2}));
+  EXPECT_EQ(fits.to<std::int64_t>(), (std::vector<std::int64_t>{1, -3}));
 }
 
 TEST(RazorkvNpy, MalformedFilesAreNamedErrors) {

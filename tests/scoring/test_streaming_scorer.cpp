@@ -142,6 +142,11 @@ TEST(RazorkvStreamingScorer, BadInputIsANamedError) {
   options.alibi_slopes.clear();
   options.scale = std::numeric_limits<double>::infinity();
   RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, qv, kv, options), kInvalidArgument, "scale (inf)");
+  // Finite but so large that scale * q.k overflows float: an error, not NaN scores.
+  const std::vector<float> huge_q(q.size(), 1e20f), huge_k(k.size(), 1e20f);
+  RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, layer_view<const float>::nhd(huge_q.data(), length, 4, dim),
+                                                        layer_view<const float>::nhd(huge_k.data(), length, 2, dim)),
+                       kInvalidArgument, "its logits overflow float (scale * q.k beyond 3.4e38)");
   k[17] = std::numeric_limits<float>::quiet_NaN();
   RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, qv, kv), kInvalidArgument, "key (nan) at token 2 head 0 dim 1");
 }

@@ -34,6 +34,11 @@ struct attention_options {
   /// (a retrieval head next to compressed ones, or batch 1 on many threads) does not run on a
   /// single thread. 0 means razorkv's default (16384); must be >= 0.
   index_t max_entries_per_task = 0;
+  /// The checked mode: every query, key and value the call reads (and each query times the
+  /// scale) must be finite, else a kInvalidArgument error names the first that is not, before
+  /// anything is written. It reads the layer's K/V once more. false (default, for engines): no
+  /// scan, and a NaN or infinity propagates to the outputs it reaches, as IEEE arithmetic does.
+  bool check_finite = false;
 };
 
 namespace detail {
@@ -348,6 +353,42 @@ struct decode_work {
   index_t tokens = 0, group = 0, per_head = 0;
 };
 
+// The checked mode of attention_options: names the first non-finite query (or query times
+// scale), key or value a decode would read.
+template <class T, class TO, class TQ>
+void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view<TQ>& queries, index_t head_dim,
+                                const char* where) {
+  for (index_t t = 0; t < queries.tokens(); ++t) {
+    for (index_t q = 0; q < queries.heads(); ++q) {
+      const auto* row = queries.token(t).row(q);
+      for (index_t c = 0; c < head_dim; ++c) {
+        const double x = to_double(row[c]);
+        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": query (", x, ") at token ", t, " head ", q,
+                      " dim ", c, " is not finite");
+      }
+    }
+  }
+  for (std::size_t i = 0; i < work.scaled.size(); ++i) {
+    RAZORKV_CHECK(std::isfinite(work.scaled[i]), kInvalidArgument, where, ": a query times the scale (",
+                  work.scaled[i], ") overflows; scale the queries down");
+  }
+  const index_t num_kv_heads = static_cast<index_t>(work.entries.size());
+  for (index_t h = 0; h < num_kv_heads; ++h) {
+    index_t entry = 0;
+    for (index_t i = work.first_span[static_cast<std::size_t>(h)]; i < work.first_span[static_cast<std::size_t>(h) + 1]; ++i) {
+      const kv_span<T>& span = work.spans[static_cast<std::size_t>(i)];
+      for (index_t r = 0; r < span.length(); ++r, ++entry) {
+        for (index_t c = 0; c < head_dim; ++c) {
+          const double k = to_double(span.keys(r, c)), v = to_double(span.values(r, c));
+          RAZORKV_CHECK(std::isfinite(k) && std::isfinite(v), kInvalidArgument, where, ": ",
+                        std::isfinite(k) ? "value (" : "key (", std::isfinite(k) ? v : k, ") at kv head ", h,
+                        " entry ", entry, " dim ", c, " is not finite");
+        }
+      }
+    }
+  }
+}
+
 // Validates everything a decode over (cache, layer) reads and gathers it, so that a malformed
 // cache or query is an error before any output is written and the kernels run without checks.
 template <class Cache, class TQ, class TO>
@@ -408,6 +449,7 @@ decode_work<typename Cache::value_type, TO> prepare_decode(const Cache& cache, i
       for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
     }
   }
+  if (options.check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
   return work;
 }
 

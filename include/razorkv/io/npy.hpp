@@ -2,9 +2,11 @@
 // endian; float32, float16, bfloat16 stored as uint16, int32, int64) for tensor dumps.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -41,6 +43,7 @@ struct npy_array {
   }
 
   /// The elements converted to T (float, double, Eigen::half, Eigen::bfloat16, int32, int64).
+  /// Floating values read as integers must be finite and in range (kInvalidArgument otherwise).
   template <class T>
   std::vector<T> to() const {
     const index_t n = size();
@@ -56,12 +59,24 @@ struct npy_array {
     std::memcpy(static_cast<void*>(&v), bytes.data() + i * static_cast<index_t>(sizeof(Stored)), sizeof(Stored));
     return v;
   }
+  // A floating value as T; for an integer T it must be finite and in T's range (a cast of
+  // anything else is undefined behaviour), else the error names the element.
   template <class T>
-  T element(index_t i) const noexcept {
+  T from_floating(float x, index_t i) const {
+    if constexpr (std::is_integral_v<T>) {
+      // 2^63 and 2^31 are exact in float; the range is [-2^(bits-1), 2^(bits-1)).
+      const float limit = std::ldexp(1.0f, std::numeric_limits<T>::digits);
+      RAZORKV_CHECK(std::isfinite(x) && x >= -limit && x < limit, kInvalidArgument, "npy_array::to: element ", i,
+                    " (", x, ") is not representable as a ", sizeof(T) * 8, "-bit integer");
+    }
+    return static_cast<T>(x);
+  }
+  template <class T>
+  T element(index_t i) const {
     switch (dtype) {
-      case npy_dtype::kFloat32: return static_cast<T>(load<float>(i));
-      case npy_dtype::kFloat16: return static_cast<T>(static_cast<float>(load<Eigen::half>(i)));
-      case npy_dtype::kBFloat16: return static_cast<T>(static_cast<float>(load<Eigen::bfloat16>(i)));
+      case npy_dtype::kFloat32: return from_floating<T>(load<float>(i), i);
+      case npy_dtype::kFloat16: return from_floating<T>(static_cast<float>(load<Eigen::half>(i)), i);
+      case npy_dtype::kBFloat16: return from_floating<T>(static_cast<float>(load<Eigen::bfloat16>(i)), i);
       case npy_dtype::kInt32: return static_cast<T>(load<std::int32_t>(i));
       case npy_dtype::kInt64: return static_cast<T>(load<std::int64_t>(i));
     }

@@ -202,6 +202,15 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
     result.echo[static_cast<std::size_t>(head)] = echo_total / static_cast<double>(rows);
     result.induction[static_cast<std::size_t>(head)] = induction_total / static_cast<double>(rows);
   });
+  // Finite queries and keys can still overflow a float logit (|scale * q.k| > 3.4e38); the
+  // softmax is then undefined, and that is the caller's input, not a score.
+  for (index_t head = 0; head < num_query_heads; ++head) {
+    const double echo = result.echo[static_cast<std::size_t>(head)];
+    const double induction = result.induction[static_cast<std::size_t>(head)];
+    RAZORKV_CHECK(std::isfinite(echo) && std::isfinite(induction), kInvalidArgument, kWhere, ": query head ", head,
+                  " scores echo ", echo, ", induction ", induction,
+                  ": its logits overflow float (scale * q.k beyond 3.4e38); scale the queries or keys down");
+  }
   return result;
 }
 

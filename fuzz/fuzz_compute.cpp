@@ -1,0 +1,179 @@
+// Fuzz target: razorkv's compute entry points driven by fuzzed shapes, parameters and values
+// (NaN and infinities included, shapes kept small): scoring, selection, compression with every
+// config field, append and decode on the razor cache, the baselines, and budgets. Bad input must
+// be a razorkv::error; accepted finite input must decode as the scalar reference does.
+#include <razorkv/razorkv.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "fuzz_support.hpp"
+
+namespace {
+
+using razorkv::index_t;
+using razorkv::layer_view;
+using razorkv_fuzz::byte_reader;
+
+struct layer_data {
+  index_t tokens = 0, heads = 0, dim = 0;
+  std::vector<float> values;
+  bool finite = true;  ///< every value finite and of ordinary size
+  layer_view<const float> view() const { return layer_view<const float>::nhd(values.data(), tokens, heads, dim); }
+};
+
+layer_data make_layer(byte_reader& in, index_t tokens, index_t heads, index_t dim) {
+  layer_data d{tokens, heads, dim, {}, true};
+  d.values.resize(static_cast<std::size_t>(tokens * heads * dim));
+  for (float& x : d.values) {
+    x = in.value();
+    // Values past 64 may overflow a float dot product: compare with the reference only below.
+    d.finite = d.finite && std::fabs(x) <= 64.0f;
+  }
+  return d;
+}
+
+// Decode over `cache` with the optimised kernel and, for finite input, against the reference.
+template <class Cache>
+void decode_and_compare(const Cache& cache, const layer_data& queries, bool finite, index_t token) {
+  const razorkv::matrix_view<const float> q = queries.view().token(token);
+  std::vector<float> out(static_cast<std::size_t>(q.rows() * q.cols()));
+  razorkv::decode_attention(cache, 0, q, razorkv::matrix_view<float>(out.data(), q.rows(), q.cols()));
+  if (!finite) return;
+  const std::vector<double> want = razorkv::reference::decode_attention(cache, 0, q);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    razorkv_fuzz::require(std::fabs(out[i] - want[i]) <= 1e-3 * (1.0 + std::fabs(want[i])), "decode == reference");
+  }
+}
+
+void fuzz_razor_cache(byte_reader& in, const razorkv::model_shape& shape, const layer_data& keys,
+                      const layer_data& values, const layer_data& queries, index_t prefill) {
+  razorkv::head_plan plan(shape);
+  for (index_t h = 0; h < shape.num_kv_heads; ++h) plan.set_retrieval(0, h, in.byte() % 3 == 0);
+  if (in.byte() % 4 == 0) plan.set_buffer_override(0, 0, in.range(-1, 6));
+  razorkv::razor_config config;
+  config.sinks = in.range(-1, 5);
+  config.s0 = in.range(-1, 8);
+  config.c = in.byte() % 8 == 0 ? static_cast<double>(in.raw_float()) : 1.0 + in.range(0, 6);
+  config.fixed_window = in.range(-1, 1) < 1 ? 0 : in.range(-1, 6);
+  config.compensation = static_cast<razorkv::compensation_mode>(in.range(0, 3));
+  config.decode = static_cast<razorkv::decode_mode>(in.range(0, 2));
+  config.decode_reserve = in.range(-1, 3);
+  razorkv::razor_kv_cache<float> cache(plan, config);
+  cache.compress_layer(0, keys.view().middle_tokens(0, prefill), values.view().middle_tokens(0, prefill));
+  const bool finite = keys.finite && values.finite && queries.finite;
+  for (index_t t = prefill; t < keys.tokens; ++t) {
+    cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
+    decode_and_compare(cache, queries, finite, t);
+    index_t held = 0;
+    for (index_t h = 0; h < shape.num_kv_heads; ++h) held += cache.entries(0, h);
+    razorkv_fuzz::require(cache.kv_bytes() == held * 2 * shape.head_dim * static_cast<index_t>(sizeof(float)),
+                          "kv_bytes counts the entries held");
+  }
+}
+
+void fuzz_policies(byte_reader& in, const razorkv::model_shape& shape, const layer_data& keys, const layer_data& values,
+                   const layer_data& queries, index_t prefill) {
+  const bool finite = keys.finite && values.finite && queries.finite;
+  const index_t budget = in.range(-1, 12);
+  const auto k = keys.view().middle_tokens(0, prefill), v = values.view().middle_tokens(0, prefill);
+  switch (in.byte() % 3) {
+    case 0: {
+      razorkv::snapkv_config config;
+      config.window = in.range(0, 6);
+      config.kernel = in.range(0, 5);
+      config.pooling = static_cast<razorkv::snapkv_pooling>(in.range(0, 2));
+      razorkv::selected_kv_cache<float> cache(1, shape.num_kv_heads, shape.head_dim);
+      razorkv::snapkv_compress_layer(cache, 0, queries.view().middle_tokens(prefill - config.window, config.window), k,
+                                     v, budget, config);
+      for (index_t t = prefill; t < keys.tokens; ++t) {
+        cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
+        decode_and_compare(cache, queries, finite, t);
+      }
+      break;
+    }
+    case 1: {
+      razorkv::h2o_config config;
+      config.recent = in.range(-1, 6);
+      razorkv::h2o_kv_cache<float> cache(1, shape.num_kv_heads, shape.head_dim, budget, config);
+      const index_t observed = in.range(0, prefill);
+      cache.compress_layer(0, k, v, razorkv::observed_attention(queries.view().middle_tokens(prefill - observed, observed), k));
+      for (index_t t = prefill; t < keys.tokens; ++t) {
+        cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
+        decode_and_compare(cache, queries, finite, t);
+        cache.observe(0, queries.view().middle_tokens(t, 1));
+        razorkv_fuzz::require(razorkv::num_entries(cache, 0, 0) <= budget, "h2o stays within its budget");
+      }
+      break;
+    }
+    default: {
+      razorkv::memory_budget b{static_cast<razorkv::budget_unit>(in.range(0, 3)), static_cast<double>(in.raw_float())};
+      const index_t entries = razorkv::entries_per_head(b, shape, prefill, 4);
+      razorkv_fuzz::require(entries >= 1, "a budget gives at least one entry per head");
+      razorkv::head_plan plan(shape);
+      plan.set_retrieval(0, 0, true);
+      razorkv::razor_kv_cache<float> cache(plan, razorkv::razor_config_for_budget(plan, prefill, entries));
+      cache.compress_layer(0, k, v);
+      razorkv_fuzz::require(cache.kv_bytes() <= entries * shape.num_kv_heads * 2 * shape.head_dim * 4,
+                            "razor at a budget holds at most the budget");
+      break;
+    }
+  }
+}
+
+void fuzz_scoring_and_selection(byte_reader& in, const razorkv::model_shape& shape) {
+  razorkv::probe_config config;
+  config.num_random_tokens = in.range(0, 6);
+  config.repeats = in.range(1, 3);
+  config.max_id = in.range(0, 40);
+  if (in.byte() % 2 == 0) config.bos_id = 1;
+  config.allow_duplicates = in.byte() % 2 == 0;
+  config.seed = in.byte();
+  const razorkv::probe the_probe(config);
+  const layer_data q = make_layer(in, the_probe.length(), shape.num_query_heads, shape.head_dim);
+  const layer_data k = make_layer(in, the_probe.length(), shape.num_kv_heads, shape.head_dim);
+  razorkv::qk_scoring_options options;
+  options.row_step = in.range(0, 3);
+  if (in.byte() % 4 == 0) options.scale = static_cast<double>(in.raw_float());
+  const razorkv::layer_scores scores = razorkv::score_from_queries_keys(the_probe, q.view(), k.view(), options);
+  for (double x : scores.echo) razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "echo in [0, 1]");
+  for (double x : scores.induction) razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "induction in [0, 1]");
+  razorkv::head_scores all(1, shape.num_query_heads, shape.num_kv_heads);
+  all.set_layer(0, scores);
+  razorkv::selection_config selection;
+  selection.induction_ratio = static_cast<double>(in.value()) / 8.0;
+  selection.echo_ratio = static_cast<double>(in.value()) / 8.0;
+  selection.aggregation = static_cast<razorkv::gqa_aggregation>(in.range(0, 3));
+  selection.min_groups_per_layer = in.range(-1, 3);
+  const razorkv::head_plan plan = razorkv::select_retrieval_heads(all, shape.head_dim, selection);
+  razorkv_fuzz::require(plan.num_retrieval() <= shape.num_kv_heads, "selection within the model");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  byte_reader in(data, size);
+  const int operation = in.byte() % 3;
+  razorkv::model_shape shape;
+  shape.num_layers = 1;
+  shape.num_kv_heads = in.range(1, 3);
+  shape.num_query_heads = shape.num_kv_heads * in.range(1, 3);
+  shape.head_dim = in.range(1, 20);
+  const index_t tokens = in.range(1, 40);
+  const index_t prefill = in.range(0, tokens);
+  razorkv_fuzz::reject_only_with_razorkv_errors([&] {
+    if (operation == 2) {
+      fuzz_scoring_and_selection(in, shape);
+      return;
+    }
+    const layer_data keys = make_layer(in, tokens, shape.num_kv_heads, shape.head_dim);
+    const layer_data values = make_layer(in, tokens, shape.num_kv_heads, shape.head_dim);
+    const layer_data queries = make_layer(in, tokens, shape.num_query_heads, shape.head_dim);
+    if (operation == 0) {
+      fuzz_razor_cache(in, shape, keys, values, queries, prefill);
+    } else {
+      fuzz_policies(in, shape, keys, values, queries, prefill);
+    }
+  });
+  return 0;
+}

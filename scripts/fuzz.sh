@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds razorkv's libFuzzer targets (Clang, ASan + UBSan) and runs each from its seed corpus for
+# RAZORKV_FUZZ_SECONDS seconds (default 60); fails on the first crash, leak, sanitizer report or
+# property violation, leaving the reproducer in build/fuzz/findings/<target>/.
+#   bash scripts/fuzz.sh                      # every target, 60 s each (what scripts/test.sh runs)
+#   RAZORKV_FUZZ_SECONDS=600 bash scripts/fuzz.sh fuzz_npy   # one target, 10 minutes
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+razorkv_require_packages cmake make clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
+
+seconds="${RAZORKV_FUZZ_SECONDS:-60}"
+build="$razorkv_root/build/fuzz"
+mkdir -p "$razorkv_root/build"
+razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  -DRAZORKV_BUILD_TESTS=OFF -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF -DRAZORKV_BUILD_TOOLS=OFF \
+  -DRAZORKV_BUILD_FUZZERS=ON -DRAZORKV_WARNINGS_AS_ERRORS=ON
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_compute)
+fi
+for target in "${targets[@]}"; do
+  # Work on a copy of the seed corpus, so that the repository's stays small and reviewed.
+  corpus="$build/corpus/$target" findings="$build/findings/$target"
+  rm -rf "$corpus" "$findings"
+  mkdir -p "$corpus" "$findings"
+  cp "$razorkv_root/fuzz/corpus/$target/"* "$corpus/"
+  echo "== razorkv: fuzzing $target for $seconds s"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$build/fuzz/$target" "$corpus" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=8192 \
+      -artifact_prefix="$findings/" -print_final_stats=1 >"$findings.log" 2>&1 \
+    || { tail -40 "$findings.log" >&2; razorkv_fail "$target found a failure (reproducer in $findings/)"; }
+  grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE" "$findings.log" | tr '\n' ' '
+  echo
+done
+echo "razorkv: fuzzing found nothing"
