@@ -1,9 +1,12 @@
 // Fuzz target: razorkv's compute entry points driven by fuzzed shapes, parameters and values
-// (NaN and infinities included, shapes kept small): scoring, selection, compression with every
-// config field, append and decode on the razor cache, the baselines, and budgets. Bad input must
+// (NaN and infinities included, shapes kept small): scoring (from queries and keys, and from
+// probabilities), selection (by ratio, by memory budget, ALiBi), the memory calculator,
+// compression with every config field, append and decode on the razor cache, the baselines,
+// and budgets. Bad input must
 // be a razorkv::error; accepted finite input must decode as the scalar reference does.
 #include <razorkv/razorkv.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -149,11 +152,90 @@ void fuzz_scoring_and_selection(byte_reader& in, const razorkv::model_shape& sha
   razorkv_fuzz::require(plan.num_retrieval() <= shape.num_kv_heads, "selection within the model");
 }
 
+// The remaining selection paths: scores from attention probabilities, the memory-budget
+// selector, the ALiBi selector and the memory calculator.
+void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
+  switch (in.byte() % 4) {
+    case 0: {
+      razorkv::probe_config config;
+      config.num_random_tokens = in.range(1, 5);
+      config.repeats = in.range(1, 3);
+      config.max_id = 64;
+      config.seed = in.byte();
+      const razorkv::probe the_probe(config);
+      const index_t length = the_probe.length() + in.range(-1, 1);
+      const index_t heads = in.range(0, 3);
+      std::vector<float> probabilities(static_cast<std::size_t>(std::max<index_t>(0, heads * length * length)));
+      for (float& p : probabilities) p = in.value() / 8.0f;
+      if (in.byte() % 4 != 0 && length == the_probe.length()) {  // mostly valid causal softmax rows
+        for (index_t r = 0; r < heads * length; ++r) {
+          float* row = probabilities.data() + r * length;
+          const index_t i = r % length;
+          float sum = 0.0f;
+          for (index_t j = 0; j < length; ++j) sum += (row[j] = j <= i ? std::fabs(row[j]) + 1e-3f : 0.0f);
+          if (std::isfinite(sum)) {
+            for (index_t j = 0; j < length; ++j) row[j] /= sum;
+          }
+        }
+      }
+      razorkv::scoring_options options;
+      options.row_step = in.range(0, 2);
+      razorkv::score_from_probabilities(the_probe, probabilities.data(), heads, length, options);
+      break;
+    }
+    case 1: {
+      razorkv::head_scores scores(shape.num_layers, shape.num_query_heads, shape.num_kv_heads);
+      razorkv::layer_scores layer;
+      for (index_t q = 0; q < shape.num_query_heads; ++q) {
+        layer.echo.push_back(static_cast<double>(in.value()));
+        layer.induction.push_back(static_cast<double>(in.value()));
+      }
+      scores.set_layer(0, layer);
+      razorkv::memory_target target;
+      target.budget_bytes = static_cast<index_t>(in.range(-1, 200)) * 1024;
+      target.seq_len = in.range(-1, 5000);
+      target.dtype_bytes = in.range(0, 4);
+      target.budget.sinks = in.range(-1, 8);
+      target.budget.s0 = in.range(-1, 64);
+      target.budget.c = 1.0 + in.range(-1, 8);
+      const razorkv::head_plan plan = razorkv::select_for_budget(scores, shape.head_dim, target);
+      razorkv_fuzz::require(razorkv::compressed_kv_bytes(plan, target.seq_len, target.budget, target.dtype_bytes) <=
+                                target.budget_bytes,
+                            "select_for_budget fits its target");
+      break;
+    }
+    case 2: {
+      std::vector<double> slopes;
+      for (index_t q = 0; q < shape.num_query_heads + in.range(-1, 1); ++q) slopes.push_back(static_cast<double>(in.value()) / 8.0);
+      razorkv::alibi_selection options;
+      options.bound = static_cast<double>(in.value());
+      options.eps = in.byte() % 8 == 0 ? static_cast<double>(in.raw_float()) : 1e-3;
+      options.seq_len = in.range(-1, 4000);
+      options.ratio = in.byte() % 2 == 0 ? -1.0 : static_cast<double>(in.value()) / 4.0;
+      razorkv::select_alibi_heads(shape, slopes, options);
+      break;
+    }
+    default: {
+      razorkv::razor_budget budget;
+      budget.sinks = in.range(-1, 8);
+      budget.s0 = in.range(-1, 64);
+      budget.c = in.byte() % 8 == 0 ? static_cast<double>(in.raw_float()) : 1.0 + in.range(-1, 8);
+      budget.fixed_window = in.range(-1, 1) < 1 ? 0 : in.range(-1, 64);
+      budget.compensation_token = in.byte() % 2 == 0;
+      const index_t tokens = in.range(-1, 200) * in.range(1, 100);
+      const index_t entries = razorkv::compressed_entries(tokens, budget);
+      razorkv_fuzz::require(entries >= 0 && entries <= tokens, "compressed_entries within the prompt");
+      razorkv::compressed_kv_bytes(shape, static_cast<double>(in.value()) / 8.0, tokens, budget, in.range(0, 4));
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   byte_reader in(data, size);
-  const int operation = in.byte() % 3;
+  const int operation = in.byte() % 4;
   razorkv::model_shape shape;
   shape.num_layers = 1;
   shape.num_kv_heads = in.range(1, 3);
@@ -164,6 +246,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   razorkv_fuzz::reject_only_with_razorkv_errors([&] {
     if (operation == 2) {
       fuzz_scoring_and_selection(in, shape);
+      return;
+    }
+    if (operation == 3) {
+      fuzz_other_selectors(in, shape);
       return;
     }
     const layer_data keys = make_layer(in, tokens, shape.num_kv_heads, shape.head_dim);

@@ -2,12 +2,14 @@
 # The whole razorkv test suite on a fresh Debian machine: installs what it needs, then
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory and find_package), benchmark and demo smoke runs;
+#     then valgrind memcheck on most of those unit tests;
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests;
-#  3. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 60) each.
+#  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
+#  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 60) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
-  libbenchmark-dev
+  libbenchmark-dev valgrind
 
 build="$razorkv_root/build"
 mkdir -p "$build"
@@ -18,6 +20,14 @@ razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COM
   -DRAZORKV_WARNINGS_AS_ERRORS=ON
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
 
+echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
+for suite in cache attention compress policies io; do
+  # The soak, 10-million-fold and fidelity cases take minutes under valgrind; ASan runs them below.
+  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+    "$build/gcc/tests/razorkv_${suite}_tests" --gtest_brief=1 --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*' \
+    || razorkv_fail "valgrind memcheck failed on razorkv_${suite}_tests"
+done
+
 echo "== razorkv: Clang, C++20, -march=native, ASan + UBSan"
 razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 \
@@ -25,6 +35,13 @@ razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=cl
   -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON
 (cd "$build/asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (sanitizer build)"
+
+echo "== razorkv: Clang, ThreadSanitizer: threads decoding and appending at once"
+razorkv_build "$build/tsan" razorkv_attention_tests -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF \
+  -DRAZORKV_BUILD_TOOLS=OFF -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_SANITIZE_THREAD=ON
+TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/razorkv_attention_tests" --gtest_brief=1 \
+  --gtest_filter='*Thread*:*ParallelFor*' || razorkv_fail "ThreadSanitizer found a race"
 
 echo "== razorkv: libFuzzer targets, ${RAZORKV_FUZZ_SECONDS:-60} s each"
 bash "$razorkv_root/scripts/fuzz.sh" || razorkv_fail "fuzzing found a failure"

@@ -123,6 +123,33 @@ TEST(RazorkvDecodeBatch, DistinctCachesOnDistinctThreads) {
   for (int s = 0; s < kThreads; ++s) EXPECT_EQ(alone[static_cast<std::size_t>(s)], together[static_cast<std::size_t>(s)]) << "sequence " << s;
 }
 
+// Decode only reads a cache: several threads may decode one cache at once (no writer meanwhile).
+TEST(RazorkvDecodeBatch, OneCacheDecodedByManyThreadsAtOnce) {
+  constexpr int kThreads = 4;
+  std::mt19937_64 rng(35);
+  razorkv::head_plan plan(razorkv::model_shape{1, kQueryHeads, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  razorkv::razor_config config;
+  config.s0 = 16;
+  const razorkv::razor_kv_cache<float> cache = razorkv::compress_cache(random_dense<float>(300, rng), plan, config);
+  const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(kThreads * kQueryHeads * kDim), rng);
+  razorkv::attention_options serial;
+  serial.parallel_for = [](index_t count, const std::function<void(index_t)>& body) {
+    for (index_t i = 0; i < count; ++i) body(i);
+  };
+  const auto decode = [&](int s, std::vector<float>& out) {
+    out.assign(static_cast<std::size_t>(kQueryHeads * kDim), 0.0f);
+    razorkv::decode_attention(cache, 0, matrix_view<const float>(queries.data() + s * kQueryHeads * kDim, kQueryHeads, kDim),
+                              matrix_view<float>(out.data(), kQueryHeads, kDim), serial);
+  };
+  std::vector<std::vector<float>> alone(kThreads), together(kThreads);
+  for (int s = 0; s < kThreads; ++s) decode(s, alone[static_cast<std::size_t>(s)]);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kThreads; ++s) threads.emplace_back([&, s] { decode(s, together[static_cast<std::size_t>(s)]); });
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < kThreads; ++s) EXPECT_EQ(alone[static_cast<std::size_t>(s)], together[static_cast<std::size_t>(s)]);
+}
+
 TEST(RazorkvDecodeBatch, BadBatches) {
   std::mt19937_64 rng(33);
   const auto a = random_dense<float>(10, rng);

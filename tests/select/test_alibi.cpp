@@ -40,6 +40,13 @@ TEST(RazorkvAlibi, SpansAndPlans) {
   const auto by_ratio = razorkv::select_alibi_heads(shape, slopes, options);
   EXPECT_EQ(by_ratio.retrieval_heads(0), (std::vector<razorkv::index_t>{6, 7}));
   EXPECT_EQ(by_ratio.retrieval_heads(1), (std::vector<razorkv::index_t>{6, 7}));
+  // A slope so small that the span exceeds any length (found by fuzzing: the conversion to a
+  // token count overflowed): the head keeps everything, its buffer capped at 2^62 tokens.
+  std::vector<double> tiny(8, 1e-30);
+  tiny[0] = 1.0;
+  options.ratio = 0.0;
+  const auto capped = razorkv::select_alibi_heads(shape, tiny, options);
+  EXPECT_EQ(capped.buffer_override(0, 3), razorkv::index_t{1} << 62);
   RAZORKV_EXPECT_ERROR(razorkv::alibi_span(0.0, 1.0), kInvalidArgument, "slope (0)");
   RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, {1.0}, options), kShapeMismatch, "1 slopes for 8 query heads");
 }

@@ -98,9 +98,13 @@ inline head_plan select_alibi_heads(const model_shape& shape, const std::vector<
         if (spans[static_cast<std::size_t>(g)] >= static_cast<double>(options.seq_len)) plan.set_retrieval(l, g, true);
       }
   }
+  // A span past any sequence length means the head keeps everything; capping it at 2^62 tokens
+  // keeps that meaning and keeps the conversion (and sinks + window later) within index_t.
+  constexpr double kLongestBuffer = 4611686018427387904.0;  // 2^62
   for (index_t l = 0; l < shape.num_layers; ++l) {
     for (index_t g = 0; g < shape.num_kv_heads; ++g) {
-      if (!plan.is_retrieval(l, g)) plan.set_buffer_override(l, g, static_cast<index_t>(std::ceil(spans[static_cast<std::size_t>(g)])));
+      const double span = std::min(std::ceil(spans[static_cast<std::size_t>(g)]), kLongestBuffer);
+      if (!plan.is_retrieval(l, g)) plan.set_buffer_override(l, g, static_cast<index_t>(span));
     }
   }
   plan.selection().method = "alibi span";
