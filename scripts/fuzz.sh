@@ -30,7 +30,6 @@ for target in "${targets[@]}"; do
     "$build/fuzz/$target" "$corpus" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=8192 \
       -artifact_prefix="$findings/" -print_final_stats=1 >"$findings.log" 2>&1 \
     || { tail -40 "$findings.log" >&2; razorkv_fail "$target found a failure (reproducer in $findings/)"; }
-  grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE" "$findings.log" | tr '\n' ' '
-  echo
+  echo "$(grep -E "^#[0-9]+[[:space:]]+DONE" "$findings.log" || true)"
 done
 echo "razorkv: fuzzing found nothing"
