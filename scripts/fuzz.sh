@@ -17,7 +17,8 @@ razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_compute)
+  targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_safetensors
+    fuzz_compute)
 fi
 for target in "${targets[@]}"; do
   # Work on a copy of the seed corpus, so that the repository's stays small and reviewed.
