@@ -106,6 +106,29 @@ void check_token_views(const layer_view<const T>& keys, const layer_view<const T
 
 }  // namespace detail
 
+namespace detail {
+
+template <class C, class Q, class = void>
+struct observes_queries : std::false_type {};
+
+template <class C, class Q>
+struct observes_queries<C, Q, std::void_t<decltype(std::declval<C&>().observe(index_t{}, std::declval<Q>()))>>
+    : std::true_type {};
+
+}  // namespace detail
+
+/// The one hook for policies that learn from decode: a cache with a member
+/// `observe(layer, queries)` (H2O, which accumulates the attention each token receives) is handed
+/// the queries decode just attended with; any other cache ignores them. A decode loop calls this
+/// after decode_attention for every cache, and so never names the policy it runs.
+///
+/// \param queries [tokens, num_query_heads, head_dim]: the newest tokens' queries, any strides
+template <class Cache, class TQ>
+void observe_decode(Cache& cache, index_t layer, layer_view<TQ> queries) {
+  static_assert(is_kv_cache_v<Cache>, "razorkv: type does not satisfy the KV-cache contract");
+  if constexpr (detail::observes_queries<Cache, layer_view<TQ>>::value) cache.observe(layer, queries);
+}
+
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.
 template <class Cache>
 index_t num_entries(const Cache& cache, index_t layer, index_t kv_head) {

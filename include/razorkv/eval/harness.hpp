@@ -265,6 +265,19 @@ policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, i
 
 }  // namespace detail
 
+/// The cache policy `p` makes of `prompt`'s first prompt_tokens() tokens at `budget` (every
+/// layer compressed; SnapKV and H2O rank the prompt by its queries). run_policy decodes over
+/// it; an engine runs its own decode loop over it with std::visit, calling observe_decode after
+/// each decode_attention. Throws the policy's error when the budget cannot hold it.
+template <class T>
+policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, const memory_budget& budget,
+                                const run_options& options = {}) {
+  double memo_credit = 0;
+  const index_t entries =
+      entries_per_head(budget, prompt.shape(), prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
+  return detail::compress_prompt(p, prompt, entries, options, memo_credit);
+}
+
 /// Runs `p` on `prompt` at `budget`: compresses the prompt of every layer into the policy's
 /// cache, then for each decode token appends its K/V to every layer, runs decode_attention, and
 /// (H2O) lets the cache observe the token's attention. Throws the policy's error when the budget
@@ -292,7 +305,6 @@ policy_run run_policy(const policy& p, const eval_prompt<T>& prompt, const memor
   attention.parallel_for = options.parallel_for;
   std::visit(
       [&](auto& c) {
-        using cache_type = std::decay_t<decltype(c)>;
         for (index_t s = 0; s < steps; ++s) {
           const index_t t = prompt.prompt_tokens() + s;
           double seconds = 0;
@@ -304,7 +316,7 @@ policy_run run_policy(const policy& p, const eval_prompt<T>& prompt, const memor
             const auto begin = clock::now();
             decode_attention(c, l, query, out, attention);
             seconds += std::chrono::duration<double>(clock::now() - begin).count();
-            if constexpr (std::is_same_v<cache_type, h2o_kv_cache<T>>) c.observe(l, seq.queries.middle_tokens(t, 1));
+            observe_decode(c, l, seq.queries.middle_tokens(t, 1));
           }
           step_seconds.push_back(seconds);
         }
