@@ -1,0 +1,183 @@
+// examples/engine/tasks.hpp: the evaluation tasks of the trained model (copy, key/value
+// retrieval, held-out likelihood), each run on one dense prefill under any set of cache policies.
+//
+// Every trial prefills a context densely, lets each policy compress it to the same memory
+// budget, then feeds a continuation through decode over the compressed cache: the question of a
+// retrieval trial, the second copy of a passage, or the text after a prefix is read by the
+// compressed cache, never by the dense prefill.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <razorkv/eval/harness.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tiny_llama.hpp"
+
+namespace tiny_llama {
+
+/// Held-out text: the concatenated public headers of razorkv itself (sorted by path). The model
+/// never saw them: it trained on Python's standard library and Eigen's and libstdc++'s headers.
+inline std::string heldout_text(const std::string& repo_root) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(repo_root + "/include/razorkv")) {
+    if (entry.is_regular_file() && entry.path().extension() == ".hpp")
+      files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream content;
+    content << in.rdbuf();
+    text += content.str() + "\n\n";
+  }
+  RAZORKV_CHECK(text.size() > 65536, kInvalidArgument, "heldout_text: \"", repo_root,
+                "/include/razorkv\" holds too little text (", text.size(),
+                " bytes); is repo_root right?");
+  return text;
+}
+
+/// One trial: a context the policies compress, and a continuation fed through decode.
+struct trial {
+  std::vector<int> context;
+  std::vector<int> continuation;  ///< teacher-forced through decode
+  index_t generate = 0;           ///< then this many greedy tokens (retrieval)
+  std::string answer;             ///< retrieval: the expected greedy tokens
+};
+
+/// What one policy did on one trial.
+struct trial_outcome {
+  double correct =
+      0;  ///< copy: predictions right inside the second copy; retrieval: exact match (0/1)
+  double predictions = 0;  ///< copy: predictions made
+  double nll = 0;          ///< summed negative log-likelihood (nats) of continuation[1..]
+  std::string generated;   ///< retrieval: the greedy answer up to a newline
+  index_t kv_bytes = 0;    ///< K/V held after compressing the context
+};
+
+inline std::string slice(const std::string& text, std::mt19937_64& rng, std::size_t length) {
+  const std::size_t start =
+      static_cast<std::size_t>(razorkv::detail::uniform_below(rng, text.size() - length));
+  return text.substr(start, length);
+}
+
+/// Copy: a 64-byte passage, held-out filler, then the passage again (the continuation); the
+/// score is greedy next-token accuracy inside the second copy.
+inline trial copy_trial(const std::string& text, index_t context_tokens, std::mt19937_64& rng) {
+  const std::string passage = slice(text, rng, 64);
+  const std::string filler =
+      slice(text, rng, static_cast<std::size_t>(context_tokens) - passage.size());
+  return {tokenize(passage + filler), tokenize(passage), 0, ""};
+}
+
+/// Retrieval: four "key KKKK: value VVVVV" lines in held-out filler, the asked one at `depth`
+/// (0 = start, 1 = end of the context); the continuation asks "key KKKK: value ", and the
+/// answer is the five digits generated greedily.
+inline trial retrieval_trial(const std::string& text, index_t context_tokens, double depth,
+                             std::mt19937_64& rng) {
+  const auto line = [](std::uint64_t key, std::uint64_t value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "key %04u: value %05u\n", static_cast<unsigned>(key),
+                  static_cast<unsigned>(value));
+    return std::string(buffer);
+  };
+  std::vector<std::uint64_t> keys;
+  while (keys.size() < 4) {
+    const std::uint64_t k = razorkv::detail::uniform_below(rng, 10000);
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  }
+  std::vector<std::string> lines;
+  for (std::uint64_t k : keys)
+    lines.push_back(line(k, razorkv::detail::uniform_below(rng, 100000)));
+  const std::size_t filler_size = static_cast<std::size_t>(context_tokens) - 4 * lines[0].size();
+  std::string filler = slice(text, rng, filler_size);
+  // The asked line (lines[0]) at `depth` of the filler, the three others at random depths.
+  std::vector<std::pair<std::size_t, std::string>> inserts = {
+      {static_cast<std::size_t>(depth * static_cast<double>(filler_size)), lines[0]}};
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    inserts.emplace_back(static_cast<std::size_t>(razorkv::detail::uniform_below(rng, filler_size)),
+                         lines[i]);
+  }
+  std::sort(inserts.begin(), inserts.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [at, text_line] : inserts) filler.insert(at, text_line);
+  const std::string question = lines[0].substr(0, lines[0].size() - 6);  // "key KKKK: value "
+  return {tokenize(filler), tokenize(question), 12, lines[0].substr(lines[0].size() - 6, 5)};
+}
+
+/// Likelihood: a held-out prefix (the context) and the next 128 bytes (the continuation).
+inline trial likelihood_trial(const std::string& text, index_t context_tokens,
+                              std::mt19937_64& rng) {
+  const std::string passage = slice(text, rng, static_cast<std::size_t>(context_tokens) + 128);
+  return {tokenize(passage.substr(0, static_cast<std::size_t>(context_tokens))),
+          tokenize(passage.substr(static_cast<std::size_t>(context_tokens))), 0, ""};
+}
+
+inline int argmax(const Eigen::VectorXf& logits) {
+  Eigen::Index best = 0;
+  logits.maxCoeff(&best);
+  return static_cast<int>(best);
+}
+
+inline double log_softmax_at(const Eigen::VectorXf& logits, int token) {
+  const float top = logits.maxCoeff();
+  return static_cast<double>(logits[token] - top) -
+         std::log(static_cast<double>((logits.array() - top).exp().sum()));
+}
+
+/// Runs `t`'s continuation (and generation) through decode over `cache`, which holds the
+/// compressed context; fills `outcome`.
+template <class Cache>
+void run_continuation(const model& m, Cache& cache, const trial& t, trial_outcome& outcome) {
+  index_t position = static_cast<index_t>(t.context.size());
+  Eigen::VectorXf logits;
+  for (std::size_t i = 0; i < t.continuation.size(); ++i) {
+    if (i > 0) {  // the prediction of continuation[i] was made over the compressed cache
+      outcome.nll -= log_softmax_at(logits, t.continuation[i]);
+      outcome.correct += argmax(logits) == t.continuation[i] ? 1 : 0;
+      outcome.predictions += 1;
+    }
+    logits = m.decode(cache, t.continuation[i], position++);
+  }
+  if (t.generate == 0) return;
+  outcome.correct = 0;
+  for (index_t g = 0; g < t.generate; ++g) {
+    const int next = argmax(logits);
+    if (next == '\n') break;
+    outcome.generated += static_cast<char>(next);
+    if (g + 1 < t.generate) logits = m.decode(cache, next, position++);
+  }
+  outcome.correct = outcome.generated.substr(0, t.answer.size()) == t.answer ? 1 : 0;
+}
+
+/// One dense prefill of the trial's context, then every policy at `budget`.
+inline std::vector<trial_outcome> run_trial(const model& m, const trial& t,
+                                            const std::vector<razorkv::policy>& policies,
+                                            const razorkv::memory_budget& budget) {
+  const prefill_state state = m.prefill(t.context, false);
+  const razorkv::eval_prompt<float> prompt = m.prompt_of(state);
+  std::vector<trial_outcome> outcomes;
+  for (const razorkv::policy& p : policies) {
+    razorkv::policy_cache<float> cache = razorkv::compress_prompt(p, prompt, budget);
+    trial_outcome outcome;
+    std::visit(
+        [&](auto& c) {
+          outcome.kv_bytes = razorkv::held_kv_bytes(c);
+          run_continuation(m, c, t, outcome);
+        },
+        cache);
+    outcomes.push_back(std::move(outcome));
+  }
+  return outcomes;
+}
+
+}  // namespace tiny_llama

@@ -1,0 +1,362 @@
+// examples/engine/tiny_llama.hpp: a small C++ inference engine for the byte-level Llama-family
+// model trained in tools/train/, which keeps its KV cache in razorkv the way an engine would.
+//
+// The engine owns the dense prefill (its K/V in its own NHD float buffers), hands each layer to
+// whichever cache policy the caller picked, and decodes over that cache through razorkv's
+// KV-cache contract, so full, RazorAttention and every baseline run through one forward pass.
+#pragma once
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <razorkv/io/safetensors.hpp>
+#include <razorkv/razorkv.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tiny_llama {
+
+using razorkv::index_t;
+using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// The model's hyper-parameters, read from the safetensors metadata "config" (a JSON object).
+struct config {
+  index_t vocab_size = 0, d_model = 0, num_layers = 0, num_q_heads = 0, num_kv_heads = 0,
+          ffn_hidden = 0;
+  index_t max_context = 0;
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+
+  index_t head_dim() const { return d_model / num_q_heads; }
+  razorkv::model_shape shape() const { return {num_layers, num_q_heads, num_kv_heads, head_dim()}; }
+};
+
+/// Bytes are the tokens: the text's UTF-8 bytes, one id each (the probe draws from all 256).
+inline std::vector<int> tokenize(const std::string& text) {
+  return std::vector<int>(reinterpret_cast<const unsigned char*>(text.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+}
+inline std::string detokenize(const std::vector<int>& tokens) {
+  std::string text;
+  for (int t : tokens) text += static_cast<char>(t);
+  return text;
+}
+
+/// What a dense prefill leaves: each layer's post-RoPE queries, keys and values, in the
+/// engine's NHD layout, and the logits it was asked for.
+struct prefill_state {
+  index_t tokens = 0;
+  std::vector<row_matrix> queries;  ///< [layer] [tokens, num_q_heads * head_dim]
+  std::vector<row_matrix> keys;     ///< [layer] [tokens, num_kv_heads * head_dim], post-RoPE
+  std::vector<row_matrix> values;   ///< [layer] [tokens, num_kv_heads * head_dim]
+  row_matrix logits;                ///< [positions asked for, vocab]
+
+  /// Layer l's views, [tokens, heads, head_dim], read in place by razorkv.
+  razorkv::layer_view<const float> query_view(index_t l, index_t heads) const {
+    return view(queries, l, heads);
+  }
+  razorkv::layer_view<const float> key_view(index_t l, index_t heads) const {
+    return view(keys, l, heads);
+  }
+  razorkv::layer_view<const float> value_view(index_t l, index_t heads) const {
+    return view(values, l, heads);
+  }
+
+ private:
+  razorkv::layer_view<const float> view(const std::vector<row_matrix>& m, index_t l,
+                                        index_t heads) const {
+    const row_matrix& x = m.at(static_cast<std::size_t>(l));
+    return razorkv::layer_view<const float>::nhd(x.data(), x.rows(), heads, x.cols() / heads);
+  }
+};
+
+class model {
+ public:
+  /// Loads weights and config from a safetensors file written by tools/train/model.py.
+  static model load(const std::string& path);
+
+  const config& cfg() const noexcept { return cfg_; }
+  razorkv::model_shape shape() const { return cfg_.shape(); }
+
+  /// Runs `tokens` (positions 0..n-1) through the model with full causal attention. Logits of
+  /// every position when `all_logits`, else of the last one only.
+  prefill_state prefill(const std::vector<int>& tokens, bool all_logits) const;
+
+  /// The prefill as razorkv's evaluation prompt: views of every layer's Q/K/V, from which
+  /// razorkv::compress_prompt builds any policy's cache (SnapKV and H2O rank by the queries).
+  razorkv::eval_prompt<float> prompt_of(const prefill_state& state) const;
+
+  /// One decode step of the token at `position` over any razorkv cache holding positions
+  /// [0, position) of every layer: appends the token's K/V to each layer, attends with
+  /// razorkv::decode_attention, lets the policy observe the queries, and returns the logits.
+  template <class Cache>
+  Eigen::VectorXf decode(Cache& cache, int token, index_t position) const;
+
+  /// One decode step for a batch of sequences of any lengths, one cache each (all of one type):
+  /// sequence b decodes tokens[b] at positions[b]; attention runs as one razorkv batch call per
+  /// layer. Returns [batch, vocab] logits.
+  template <class Cache>
+  row_matrix decode_batch(const std::vector<Cache*>& caches, const std::vector<int>& tokens,
+                          const std::vector<index_t>& positions) const;
+
+ private:
+  struct layer_weights {
+    Eigen::VectorXf attn_norm, ffn_norm;
+    row_matrix wq, wk, wv, wo, w_gate, w_up, w_down;  // [out, in], as PyTorch stores Linear weights
+  };
+
+  // Rows of x through RMSNorm with weight w.
+  row_matrix rms_norm(const row_matrix& x, const Eigen::VectorXf& w) const;
+  // RoPE in place on rows of x ([rows, heads * head_dim]); row r is at positions[r].
+  void rope(row_matrix& x, const std::vector<index_t>& positions) const;
+  // The SwiGLU MLP of rows of x.
+  row_matrix feed_forward(const layer_weights& w, const row_matrix& x) const;
+  // Projections of rows of normalised hidden states: Q, K (both roped) and V.
+  void project(const layer_weights& w, const row_matrix& h, const std::vector<index_t>& positions,
+               row_matrix& q, row_matrix& k, row_matrix& v) const;
+  row_matrix output_logits(const row_matrix& x) const;
+
+  config cfg_;
+  row_matrix embed_, lm_head_;
+  Eigen::VectorXf final_norm_;
+  std::vector<layer_weights> layers_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+inline model model::load(const std::string& path) {
+  const razorkv::io::safetensors_file file = razorkv::io::safetensors_file::read(path);
+  const auto meta = file.metadata().find("config");
+  RAZORKV_CHECK(meta != file.metadata().end(), kInvalidArgument, "tiny_llama::load: \"", path,
+                "\" has no \"config\" metadata");
+  const nlohmann::json j = nlohmann::json::parse(meta->second);
+  model m;
+  config& c = m.cfg_;
+  c.vocab_size = j.at("vocab_size").get<index_t>();
+  c.d_model = j.at("d_model").get<index_t>();
+  c.num_layers = j.at("num_layers").get<index_t>();
+  c.num_q_heads = j.at("num_q_heads").get<index_t>();
+  c.num_kv_heads = j.at("num_kv_heads").get<index_t>();
+  c.ffn_hidden = j.at("ffn_hidden").get<index_t>();
+  c.max_context = j.at("max_context").get<index_t>();
+  c.rope_theta = j.at("rope_theta").get<double>();
+  c.norm_eps = j.at("norm_eps").get<float>();
+  RAZORKV_CHECK(c.num_q_heads > 0 && c.num_kv_heads > 0 && c.num_q_heads % c.num_kv_heads == 0 &&
+                    c.d_model % c.num_q_heads == 0 && c.head_dim() % 2 == 0,
+                kInvalidArgument, "tiny_llama::load: config ", meta->second,
+                " is not a GQA model with even head_dim");
+  const index_t d = c.d_model, hd = c.head_dim();
+  const auto matrix = [&](const std::string& name, index_t rows, index_t cols) {
+    const std::vector<float> data = file.to_float(name, {rows, cols});
+    return row_matrix(Eigen::Map<const row_matrix>(data.data(), rows, cols));
+  };
+  const auto vector = [&](const std::string& name, index_t n) {
+    const std::vector<float> data = file.to_float(name, {n});
+    return Eigen::VectorXf(Eigen::Map<const Eigen::VectorXf>(data.data(), n));
+  };
+  m.embed_ = matrix("embed.weight", c.vocab_size, d);
+  m.lm_head_ = matrix("lm_head.weight", c.vocab_size, d);
+  m.final_norm_ = vector("norm.weight", d);
+  for (index_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    layer_weights w;
+    w.attn_norm = vector(p + "attn_norm.weight", d);
+    w.ffn_norm = vector(p + "ffn_norm.weight", d);
+    w.wq = matrix(p + "attn.wq.weight", c.num_q_heads * hd, d);
+    w.wk = matrix(p + "attn.wk.weight", c.num_kv_heads * hd, d);
+    w.wv = matrix(p + "attn.wv.weight", c.num_kv_heads * hd, d);
+    w.wo = matrix(p + "attn.wo.weight", d, c.num_q_heads * hd);
+    w.w_gate = matrix(p + "ffn.w_gate.weight", c.ffn_hidden, d);
+    w.w_up = matrix(p + "ffn.w_up.weight", c.ffn_hidden, d);
+    w.w_down = matrix(p + "ffn.w_down.weight", d, c.ffn_hidden);
+    m.layers_.push_back(std::move(w));
+  }
+  return m;
+}
+
+inline row_matrix model::rms_norm(const row_matrix& x, const Eigen::VectorXf& w) const {
+  row_matrix out(x.rows(), x.cols());
+  for (index_t r = 0; r < x.rows(); ++r) {
+    const float inv =
+        1.0f / std::sqrt(x.row(r).squaredNorm() / static_cast<float>(x.cols()) + cfg_.norm_eps);
+    out.row(r) = (x.row(r) * inv).cwiseProduct(w.transpose());
+  }
+  return out;
+}
+
+inline void model::rope(row_matrix& x, const std::vector<index_t>& positions) const {
+  const index_t hd = cfg_.head_dim(), half = hd / 2, heads = x.cols() / hd;
+  for (index_t r = 0; r < x.rows(); ++r) {
+    for (index_t i = 0; i < half; ++i) {
+      // The angle in double, as the reference computes it, then cos/sin rounded to float.
+      const double angle =
+          static_cast<double>(positions[static_cast<std::size_t>(r)]) *
+          (1.0 / std::pow(cfg_.rope_theta, static_cast<double>(i) / static_cast<double>(half)));
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      for (index_t h = 0; h < heads; ++h) {
+        float& a = x(r, h * hd + i);
+        float& b = x(r, h * hd + i + half);
+        const float x1 = a, x2 = b;
+        a = x1 * c - x2 * s;
+        b = x2 * c + x1 * s;
+      }
+    }
+  }
+}
+
+inline row_matrix model::feed_forward(const layer_weights& w, const row_matrix& x) const {
+  const row_matrix gate = x * w.w_gate.transpose();
+  const row_matrix up = x * w.w_up.transpose();
+  const row_matrix act = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();
+  return act * w.w_down.transpose();
+}
+
+inline void model::project(const layer_weights& w, const row_matrix& h,
+                           const std::vector<index_t>& positions, row_matrix& q, row_matrix& k,
+                           row_matrix& v) const {
+  q = h * w.wq.transpose();
+  k = h * w.wk.transpose();
+  v = h * w.wv.transpose();
+  rope(q, positions);
+  rope(k, positions);
+}
+
+inline row_matrix model::output_logits(const row_matrix& x) const {
+  return rms_norm(x, final_norm_) * lm_head_.transpose();
+}
+
+inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_logits) const {
+  const index_t n = static_cast<index_t>(tokens.size()), hd = cfg_.head_dim();
+  RAZORKV_CHECK(n > 0 && n <= cfg_.max_context, kInvalidArgument, "tiny_llama::prefill: tokens (",
+                n, ") outside [1, ", cfg_.max_context, "]");
+  row_matrix x(n, cfg_.d_model);
+  for (index_t t = 0; t < n; ++t) {
+    const int id = tokens[static_cast<std::size_t>(t)];
+    RAZORKV_CHECK(id >= 0 && id < cfg_.vocab_size, kInvalidArgument, "tiny_llama::prefill: token ",
+                  t, " (", id, ") outside [0, ", cfg_.vocab_size, ")");
+    x.row(t) = embed_.row(id);
+  }
+  std::vector<index_t> positions(static_cast<std::size_t>(n));
+  for (index_t t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = t;
+
+  prefill_state state;
+  state.tokens = n;
+  const index_t group = cfg_.num_q_heads / cfg_.num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  row_matrix attn(n, cfg_.num_q_heads * hd);
+  row_matrix scores(n, n);
+  for (const layer_weights& w : layers_) {
+    row_matrix q, k, v;
+    project(w, rms_norm(x, w.attn_norm), positions, q, k, v);
+    // Dense causal attention, one query head at a time: the prefill an engine already has.
+    for (index_t h = 0; h < cfg_.num_q_heads; ++h) {
+      const index_t g = h / group;
+      scores.noalias() = q.middleCols(h * hd, hd) * k.middleCols(g * hd, hd).transpose();
+      for (index_t i = 0; i < n; ++i) {
+        auto row = scores.row(i).head(i + 1);
+        row *= scale;
+        row = (row.array() - row.maxCoeff()).exp().matrix();
+        row /= row.sum();
+        scores.row(i).tail(n - i - 1).setZero();
+      }
+      attn.middleCols(h * hd, hd).noalias() = scores * v.middleCols(g * hd, hd);
+    }
+    x += attn * w.wo.transpose();
+    x += feed_forward(w, rms_norm(x, w.ffn_norm));
+    state.queries.push_back(std::move(q));
+    state.keys.push_back(std::move(k));
+    state.values.push_back(std::move(v));
+  }
+  state.logits = all_logits ? output_logits(x) : output_logits(x.bottomRows(1));
+  return state;
+}
+
+inline razorkv::eval_prompt<float> model::prompt_of(const prefill_state& state) const {
+  std::vector<razorkv::layer_sequence<float>> layers;
+  for (index_t l = 0; l < cfg_.num_layers; ++l) {
+    layers.push_back({state.query_view(l, cfg_.num_q_heads), state.key_view(l, cfg_.num_kv_heads),
+                      state.value_view(l, cfg_.num_kv_heads)});
+  }
+  return razorkv::eval_prompt<float>(shape(), std::move(layers), state.tokens);
+}
+
+template <class Cache>
+Eigen::VectorXf model::decode(Cache& cache, int token, index_t position) const {
+  return decode_batch(std::vector<Cache*>{&cache}, {token}, {position}).row(0).transpose();
+}
+
+template <class Cache>
+row_matrix model::decode_batch(const std::vector<Cache*>& caches, const std::vector<int>& tokens,
+                               const std::vector<index_t>& positions) const {
+  const index_t batch = static_cast<index_t>(caches.size()), hd = cfg_.head_dim();
+  RAZORKV_CHECK(batch > 0 && tokens.size() == caches.size() && positions.size() == caches.size(),
+                kShapeMismatch, "tiny_llama::decode_batch: ", caches.size(), " caches, ",
+                tokens.size(), " tokens, ", positions.size(), " positions");
+  row_matrix x(batch, cfg_.d_model);
+  for (index_t b = 0; b < batch; ++b) {
+    const int id = tokens[static_cast<std::size_t>(b)];
+    const index_t position = positions[static_cast<std::size_t>(b)];
+    RAZORKV_CHECK(id >= 0 && id < cfg_.vocab_size, kInvalidArgument,
+                  "tiny_llama::decode_batch: tokens[", b, "] (", id, ") outside [0, ",
+                  cfg_.vocab_size, ")");
+    RAZORKV_CHECK(position >= 0 && position < cfg_.max_context, kInvalidArgument,
+                  "tiny_llama::decode_batch: positions[", b, "] (", position, ") outside [0, ",
+                  cfg_.max_context, ")");
+    x.row(b) = embed_.row(id);
+  }
+  row_matrix out(batch, cfg_.num_q_heads * hd);
+  for (index_t l = 0; l < cfg_.num_layers; ++l) {
+    const layer_weights& w = layers_[static_cast<std::size_t>(l)];
+    row_matrix q, k, v;
+    project(w, rms_norm(x, w.attn_norm), positions, q, k, v);
+    using kv_view = razorkv::layer_view<const float>;
+    for (index_t b = 0; b < batch; ++b) {
+      caches[static_cast<std::size_t>(b)]->append(
+          l, kv_view::nhd(k.row(b).data(), 1, cfg_.num_kv_heads, hd),
+          kv_view::nhd(v.row(b).data(), 1, cfg_.num_kv_heads, hd));
+    }
+    const auto queries = kv_view::nhd(q.data(), batch, cfg_.num_q_heads, hd);
+    razorkv::decode_attention_batch(
+        caches.data(), batch, l, queries,
+        razorkv::layer_view<float>::nhd(out.data(), batch, cfg_.num_q_heads, hd));
+    for (index_t b = 0; b < batch; ++b) {
+      razorkv::observe_decode(*caches[static_cast<std::size_t>(b)], l, queries.middle_tokens(b, 1));
+    }
+    x += out * w.wo.transpose();
+    x += feed_forward(w, rms_norm(x, w.ffn_norm));
+  }
+  return output_logits(x);
+}
+
+}  // namespace tiny_llama
+
+namespace tiny_llama {
+
+/// razorkv's calibration probe for this model: every one of the 256 byte ids once per copy
+/// (distinct ids make the scorer's masks exact), 4 copies: 1,024 tokens, half the context.
+inline razorkv::probe_config probe_config_for(const config& c) {
+  razorkv::probe_config p;
+  p.num_random_tokens = c.vocab_size;
+  p.repeats = 4;
+  p.max_id = c.vocab_size;
+  p.seed = 0;
+  return p;
+}
+
+/// Calibration through the library: prefill the probe, hand each layer's post-RoPE Q/K (the
+/// engine's own buffers, read in place) to razorkv's streaming scorer.
+inline razorkv::head_scores score_heads(const model& m, const razorkv::probe& probe) {
+  std::vector<int> tokens(probe.tokens().begin(), probe.tokens().end());
+  const prefill_state state = m.prefill(tokens, false);
+  const config& c = m.cfg();
+  razorkv::head_scores scores(c.num_layers, c.num_q_heads, c.num_kv_heads);
+  for (index_t l = 0; l < c.num_layers; ++l) {
+    scores.set_layer(l, razorkv::score_from_queries_keys(probe, state.query_view(l, c.num_q_heads),
+                                                         state.key_view(l, c.num_kv_heads)));
+  }
+  return scores;
+}
+
+}  // namespace tiny_llama
