@@ -26,9 +26,18 @@ razorkv_require_packages() {
     sudo="sudo"
   fi
   echo "razorkv: installing ${missing[*]}"
-  $sudo apt-get update -qq || razorkv_fail "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-    || razorkv_fail "apt-get install ${missing[*]} failed"
+  # Another apt or dpkg process (unattended upgrades, a second script) may hold the locks: wait
+  # for them, up to 10 minutes, instead of failing at once.
+  local wait=(-o DPkg::Lock::Timeout=600)
+  local tries=0
+  until $sudo apt-get "${wait[@]}" update -qq; do
+    tries=$((tries + 1))
+    [ $tries -lt 60 ] || razorkv_fail "apt-get update failed"
+    echo "razorkv: apt-get update failed (another apt holding the lock?); retrying in 10 s" >&2
+    sleep 10
+  done
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get "${wait[@]}" install -y -qq --no-install-recommends "${missing[@]}" \
+    >/dev/null || razorkv_fail "apt-get install ${missing[*]} failed"
 }
 
 # razorkv_build <build dir> <target or "all"> <cmake options...>
