@@ -39,9 +39,9 @@ struct compensation_token {
   const double* value_sum = nullptr;  ///< [head_dim] sum of the dropped values; null for mode none
 };
 
-/// The RazorAttention KV cache of one sequence (SPEC.md section 4), built from a head plan and a
-/// razor_config, then filled one layer at a time by compress_layer (from the engine's prefill
-/// K/V, read in place) and grown by append during decode.
+/// The RazorAttention KV cache of one sequence (docs/method.md, section 4), built from a head
+/// plan and a razor_config, then filled one layer at a time by compress_layer (from the engine's
+/// prefill K/V, read in place) and grown by append during decode.
 ///
 /// Per (layer, kv head):
 ///  - a retrieval head holds every token, bit-identical to the dense cache;

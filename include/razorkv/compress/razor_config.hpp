@@ -1,5 +1,5 @@
 // razorkv/compress/razor_config.hpp: how razor_kv_cache compresses a non-retrieval head (sinks,
-// recent window, compensation token) and how it behaves during decode (SPEC.md section 4).
+// recent window, compensation token) and how it behaves during decode (docs/method.md, section 4).
 #pragma once
 
 #include "razorkv/config.hpp"

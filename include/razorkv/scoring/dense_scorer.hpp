@@ -1,4 +1,4 @@
-// razorkv/scoring/dense_scorer.hpp: echo and induction scores (SPEC.md section 2) from one
+// razorkv/scoring/dense_scorer.hpp: echo and induction scores (docs/method.md, section 2) from one
 // layer's captured attention probabilities [query heads, L, L] over the probe.
 #pragma once
 

@@ -1,4 +1,4 @@
-// razorkv/scoring/probe.hpp: the calibration probe of SPEC.md section 2: P random token ids
+// razorkv/scoring/probe.hpp: the calibration probe of docs/method.md, section 2: P random token ids
 // repeated R times (optionally after one BOS id), drawn deterministically on every platform.
 #pragma once
 

@@ -1,6 +1,6 @@
-// razorkv/select/alibi.hpp: retrieval heads of ALiBi models (SPEC.md section 3): the standard
-// slopes, each head's attention span L_h = (2B - ln eps) / slope, and a plan that keeps the
-// long-span heads full and gives every other head its span as its own buffer.
+// razorkv/select/alibi.hpp: retrieval heads of ALiBi models (docs/method.md, section 3): the
+// standard slopes, each head's attention span L_h = (2B - ln eps) / slope, and a plan that keeps
+// the long-span heads full and gives every other head its span as its own buffer.
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// razorkv/select/head_selector.hpp: turns head scores into a head plan (SPEC.md section 2):
+// razorkv/select/head_selector.hpp: turns head scores into a head plan (docs/method.md, section 2):
 // global ranking over all layers, top induction_ratio by induction and top echo_ratio by echo,
 // with the GQA group (kv head) as the unit.
 #pragma once

@@ -1,5 +1,5 @@
 // razorkv/select/kv_budget.hpp: the KV-cache memory of a model, full and under RazorAttention
-// (SPEC.md sections 4-5), for a plan or a retrieval fraction, and the presets of common models.
+// (docs/method.md, sections 4-5), for a plan or a retrieval fraction; presets of common models.
 #pragma once
 
 #include <algorithm>
