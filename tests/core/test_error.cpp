@@ -34,6 +34,7 @@ TEST(RazorkvCore, EveryCodeHasAName) {
 TEST(RazorkvCore, ErrorIsAStdException) {
   try {
     RAZORKV_CHECK(false, kOverflow, "n (", -1, ")");
+    FAIL() << "RAZORKV_CHECK did not throw";
   } catch (const std::exception& e) {
     EXPECT_STREQ(e.what(), "[razorkv.overflow] n (-1)");
   }
