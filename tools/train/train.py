@@ -24,8 +24,8 @@ TEXT_MIX = {"text": 0.35, "random_repeat_in_text": 0.2, "passage_repeat": 0.25, 
 PHASES = [
     ("induction", 256, 32, 1500, 2e-3, {"random_repeat": 0.9, "text": 0.1}),
     ("text-512", 512, 16, 600, 1.5e-3, TEXT_MIX),
-    ("text-1024", 1024, 8, 300, 1e-3, TEXT_MIX),
-    ("text-2048", 2048, 4, 250, 6e-4, TEXT_MIX),
+    ("text-1024", 1024, 8, 250, 1e-3, TEXT_MIX),
+    ("text-2048", 2048, 4, 160, 6e-4, TEXT_MIX),
 ]
 WARMUP = 50
 
