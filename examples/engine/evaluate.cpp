@@ -1,7 +1,8 @@
 // razorkv_trained_evaluate: the trained model at equal memory. Every policy (full, RazorAttention
 // and its ablations, random heads, StreamingLLM, SnapKV, H2O, the head-budget sweep) runs through
-// one engine on copy, key/value retrieval and held-out likelihood trials, at several context
-// lengths, at a third of the full cache; prints the table and writes a CSV and an SVG chart.
+// one engine on copy, needle (a random run found and copied), key/value retrieval and held-out
+// likelihood trials, at several context lengths, at a third of the full cache; prints the table
+// and writes a CSV and an SVG chart.
 //   razorkv_trained_evaluate <model folder> <repository root> <output folder> [--quick]
 // The model folder holds model.safetensors, scores.json and plan.json.
 #include <cmath>
@@ -23,6 +24,7 @@ using razorkv::index_t;
 
 struct policy_totals {
   double copy_correct = 0, copy_predictions = 0;
+  double needle_correct = 0, needle_predictions = 0;
   double retrieval_correct = 0, retrieval_trials = 0, answer_chars = 0;
   double nll = 0, nll_tokens = 0;
   double kv_bytes = 0, kv_samples = 0;
@@ -78,8 +80,8 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
                const std::vector<index_t>& lengths,
                const std::map<std::pair<std::string, index_t>, policy_totals>& totals,
                double full_fraction) {
-  const int panel_w = 300, panel_h = 220, left = 60, top = 50, gap = 70, legend = 330;
-  const int width = left + 3 * (panel_w + gap) + legend, height = top + panel_h + 70;
+  const int panel_w = 260, panel_h = 220, left = 60, top = 50, gap = 60, legend = 330;
+  const int width = left + 4 * (panel_w + gap) + legend, height = top + panel_h + 70;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
@@ -97,6 +99,10 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
   const panel panels[] = {
       {"copy: accuracy in the second copy", 0, 1,
        [](const policy_totals& t) { return t.copy_correct / std::max(1.0, t.copy_predictions); }},
+      {"needle: accuracy in the repeated run", 0, 1,
+       [](const policy_totals& t) {
+         return t.needle_correct / std::max(1.0, t.needle_predictions);
+       }},
       {"retrieval: exact match", 0, 1,
        [](const policy_totals& t) {
          return t.retrieval_correct / std::max(1.0, t.retrieval_trials);
@@ -104,7 +110,7 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
       {"held-out NLL (nats / byte)", 0, 0,
        [](const policy_totals& t) { return t.nll / std::max(1.0, t.nll_tokens); }},
   };
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 4; ++k) {
     const panel& p = panels[k];
     double lo = p.lo, hi = p.hi;
     if (lo == hi) {  // the NLL panel: the range of the data
@@ -151,7 +157,7 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
           << colours[n % 13] << "\" points=\"" << points.str() << "\"/>\n";
     }
   }
-  const int lx = left + 3 * (panel_w + gap) - 20;
+  const int lx = left + 4 * (panel_w + gap) - 20;
   for (std::size_t n = 0; n < names.size(); ++n) {
     svg << "<rect x=\"" << lx << "\" y=\"" << top + 18 * static_cast<int>(n)
         << "\" width=\"14\" height=\"4\" fill=\"" << colours[n % 13] << "\"/><text x=\"" << lx + 20
@@ -205,6 +211,9 @@ int main(int argc, char** argv) {
         if (kind == 0) {
           total.copy_correct += o.correct;
           total.copy_predictions += o.predictions;
+        } else if (kind == 3) {
+          total.needle_correct += o.correct;
+          total.needle_predictions += o.predictions;
         } else if (kind == 1) {
           total.retrieval_correct += o.correct;
           total.retrieval_trials += 1;
@@ -226,29 +235,34 @@ int main(int argc, char** argv) {
         for (int i = 0; i < per_depth; ++i)
           record(length, tiny_llama::retrieval_trial(text, length, depth, rng), 1);
       }
+      for (double depth : depths) {
+        for (int i = 0; i < per_depth; ++i) {
+          record(length, tiny_llama::needle_trial(text, length, depth, rng), 3);
+        }
+      }
       for (int i = 0; i < nll_trials; ++i)
         record(length, tiny_llama::likelihood_trial(text, length, rng), 2);
       std::fprintf(stderr, "evaluated %lld-token contexts\n", static_cast<long long>(length));
     }
 
     std::ofstream csv(out_dir + "/trained_eval.csv");
-    csv << "policy,context,copy_accuracy,retrieval_exact_match,retrieval_trials,answer_chars,nll_"
-           "per_byte,"
-           "kv_fraction_of_full\n";
-    std::printf("%-44s %7s %9s %9s %8s %10s %8s\n", "policy", "context", "copy", "retrieval",
-                "answer", "NLL/byte", "KV held");
+    csv << "policy,context,copy_accuracy,needle_accuracy,retrieval_exact_match,retrieval_trials,"
+           "answer_chars,nll_per_byte,kv_fraction_of_full\n";
+    std::printf("%-44s %7s %7s %7s %9s %7s %9s %8s\n", "policy", "context", "copy", "needle",
+                "retrieval", "answer", "NLL/byte", "KV held");
     for (index_t length : lengths) {
       const policy_totals& full = totals.at({"full", length});
       for (const std::string& name : names) {
         const policy_totals& t = totals.at({name, length});
-        const double copy = t.copy_correct / t.copy_predictions,
-                     retrieval = t.retrieval_correct / t.retrieval_trials;
+        const double copy = t.copy_correct / t.copy_predictions;
+        const double needle = t.needle_correct / t.needle_predictions;
+        const double retrieval = t.retrieval_correct / t.retrieval_trials;
         const double answer = t.answer_chars / t.retrieval_trials, nll = t.nll / t.nll_tokens;
         const double kv = (t.kv_bytes / t.kv_samples) / (full.kv_bytes / full.kv_samples);
-        std::printf("%-44s %7lld %9.3f %9.3f %8.2f %10.4f %8.3f\n", name.c_str(),
-                    static_cast<long long>(length), copy, retrieval, answer, nll, kv);
-        csv << '"' << name << "\"," << length << ',' << copy << ',' << retrieval << ','
-            << t.retrieval_trials << ',' << answer << ',' << nll << ',' << kv << '\n';
+        std::printf("%-44s %7lld %7.3f %7.3f %9.3f %7.2f %9.4f %8.3f\n", name.c_str(),
+                    static_cast<long long>(length), copy, needle, retrieval, answer, nll, kv);
+        csv << '"' << name << "\"," << length << ',' << copy << ',' << needle << ',' << retrieval
+            << ',' << t.retrieval_trials << ',' << answer << ',' << nll << ',' << kv << '\n';
       }
     }
     std::vector<std::string> charted;  // the head-budget sweep stays in the table

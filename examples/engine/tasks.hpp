@@ -79,6 +79,20 @@ inline trial copy_trial(const std::string& text, index_t context_tokens, std::mt
   return {tokenize(passage + filler), tokenize(passage), 0, ""};
 }
 
+/// Needle: a run of 32 random bytes (ids 0..255, as the calibration probe draws them) at `depth`
+/// of held-out filler (0 = start, 1 = end of the context); the continuation is the run again, and
+/// the score is greedy next-token accuracy inside it: the model must find the run and copy it.
+inline trial needle_trial(const std::string& text, index_t context_tokens, double depth,
+                          std::mt19937_64& rng) {
+  std::vector<int> run(32);
+  for (int& id : run) id = static_cast<int>(razorkv::detail::uniform_below(rng, 256));
+  const std::size_t filler_size = static_cast<std::size_t>(context_tokens) - run.size();
+  std::vector<int> context = tokenize(slice(text, rng, filler_size));
+  const auto at = static_cast<std::ptrdiff_t>(depth * static_cast<double>(filler_size));
+  context.insert(context.begin() + at, run.begin(), run.end());
+  return {context, run, 0, ""};
+}
+
 /// Retrieval: four "key KKKK: value VVVVV" lines in held-out filler, the asked one at `depth`
 /// (0 = start, 1 = end of the context); the continuation asks "key KKKK: value ", and the
 /// answer is the five digits generated greedily.
