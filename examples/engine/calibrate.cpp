@@ -4,8 +4,9 @@
 //   razorkv_trained_calibrate <model.safetensors> <output folder>
 #include <cstdio>
 #include <exception>
-#include <razorkv/io/json.hpp>
 #include <string>
+
+#include <razorkv/io/json.hpp>
 
 #include "tiny_llama.hpp"
 

@@ -11,10 +11,11 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <razorkv/io/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <razorkv/io/json.hpp>
 
 #include "tasks.hpp"
 

@@ -14,10 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <razorkv/eval/harness.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <razorkv/eval/harness.hpp>
 
 #include "tiny_llama.hpp"
 

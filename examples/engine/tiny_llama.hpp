@@ -6,15 +6,17 @@
 // KV-cache contract, so full, RazorAttention and every baseline run through one forward pass.
 #pragma once
 
-#include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
-#include <nlohmann/json.hpp>
-#include <razorkv/io/safetensors.hpp>
-#include <razorkv/razorkv.hpp>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include <razorkv/io/safetensors.hpp>
+#include <razorkv/razorkv.hpp>
 
 namespace tiny_llama {
 
@@ -131,22 +133,43 @@ inline model model::load(const std::string& path) {
   const auto meta = file.metadata().find("config");
   RAZORKV_CHECK(meta != file.metadata().end(), kInvalidArgument, "tiny_llama::load: \"", path,
                 "\" has no \"config\" metadata");
-  const nlohmann::json j = nlohmann::json::parse(meta->second);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(meta->second);
+  } catch (const nlohmann::json::exception& e) {
+    RAZORKV_CHECK(false, kParseError, "tiny_llama::load: \"config\" metadata is not JSON: ",
+                  e.what());
+  }
+  RAZORKV_CHECK(j.is_object(), kParseError,
+                "tiny_llama::load: \"config\" metadata is not an object");
+  const auto number = [&](const char* key) {
+    RAZORKV_CHECK(j.contains(key) && j.at(key).is_number(), kParseError,
+                  "tiny_llama::load: config \"", key, "\" is missing or not a number in ",
+                  meta->second);
+    return j.at(key).get<double>();
+  };
+  const auto count = [&](const char* key) {
+    const double x = number(key);
+    RAZORKV_CHECK(x >= 1 && x <= 1e9 && x == static_cast<double>(static_cast<index_t>(x)),
+                  kInvalidArgument, "tiny_llama::load: config \"", key, "\" (", x,
+                  ") must be a positive integer");
+    return static_cast<index_t>(x);
+  };
   model m;
   config& c = m.cfg_;
-  c.vocab_size = j.at("vocab_size").get<index_t>();
-  c.d_model = j.at("d_model").get<index_t>();
-  c.num_layers = j.at("num_layers").get<index_t>();
-  c.num_q_heads = j.at("num_q_heads").get<index_t>();
-  c.num_kv_heads = j.at("num_kv_heads").get<index_t>();
-  c.ffn_hidden = j.at("ffn_hidden").get<index_t>();
-  c.max_context = j.at("max_context").get<index_t>();
-  c.rope_theta = j.at("rope_theta").get<double>();
-  c.norm_eps = j.at("norm_eps").get<float>();
-  RAZORKV_CHECK(c.num_q_heads > 0 && c.num_kv_heads > 0 && c.num_q_heads % c.num_kv_heads == 0 &&
-                    c.d_model % c.num_q_heads == 0 && c.head_dim() % 2 == 0,
+  c.vocab_size = count("vocab_size");
+  c.d_model = count("d_model");
+  c.num_layers = count("num_layers");
+  c.num_q_heads = count("num_q_heads");
+  c.num_kv_heads = count("num_kv_heads");
+  c.ffn_hidden = count("ffn_hidden");
+  c.max_context = count("max_context");
+  c.rope_theta = number("rope_theta");
+  c.norm_eps = static_cast<float>(number("norm_eps"));
+  RAZORKV_CHECK(c.num_q_heads % c.num_kv_heads == 0 && c.d_model % c.num_q_heads == 0 &&
+                    c.head_dim() % 2 == 0 && c.rope_theta > 1 && c.norm_eps > 0,
                 kInvalidArgument, "tiny_llama::load: config ", meta->second,
-                " is not a GQA model with even head_dim");
+                " is not a GQA model with an even head_dim, rope_theta > 1 and norm_eps > 0");
   const index_t d = c.d_model, hd = c.head_dim();
   const auto matrix = [&](const std::string& name, index_t rows, index_t cols) {
     const std::vector<float> data = file.to_float(name, {rows, cols});

@@ -4,10 +4,11 @@
 // scores computed from PyTorch's attention), and razor against the full cache on retrieval.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <random>
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/npy.hpp>
+
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -197,7 +198,7 @@ TEST(RazorkvTrainedModel, RazorFindsNeedlesLikeTheFullCache) {
   EXPECT_LE(3 * kv_bytes[1], kv_bytes[0] + kv_bytes[0] / 20) << "razor held more than a third";
 }
 
-TEST(RazorkvTrainedModel, LoaderRejectsAFileWithoutConfig) {
+TEST(RazorkvTrainedModel, LoaderRejectsAMissingOrBadConfig) {
   const std::string path = testing::TempDir() + "/no_config.safetensors";
   std::string header = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   std::string file(8, '\0');
@@ -205,6 +206,19 @@ TEST(RazorkvTrainedModel, LoaderRejectsAFileWithoutConfig) {
   razorkv::io::write_text_file(path, file + header + std::string(4, '\0'));
   RAZORKV_EXPECT_ERROR(tiny_llama::model::load(path), kInvalidArgument,
                        "has no \"config\" metadata");
+  const auto with_config = [&](const std::string& config) {
+    const std::string h = R"({"__metadata__":{"config":)" + nlohmann::json(config).dump() +
+                          R"(},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    std::string f(8, '\0');
+    f[0] = static_cast<char>(h.size());
+    razorkv::io::write_text_file(path, f + h + std::string(4, '\0'));
+    return tiny_llama::model::load(path);
+  };
+  RAZORKV_EXPECT_ERROR(with_config("{"), kParseError, "\"config\" metadata is not JSON");
+  RAZORKV_EXPECT_ERROR(with_config(R"({"vocab_size":256})"), kParseError,
+                       "config \"d_model\" is missing or not a number");
+  RAZORKV_EXPECT_ERROR(with_config(R"({"vocab_size":2.5})"), kInvalidArgument,
+                       "config \"vocab_size\" (2.5) must be a positive integer");
 }
 
 }  // namespace

@@ -112,7 +112,8 @@ template <class C, class Q, class = void>
 struct observes_queries : std::false_type {};
 
 template <class C, class Q>
-struct observes_queries<C, Q, std::void_t<decltype(std::declval<C&>().observe(index_t{}, std::declval<Q>()))>>
+struct observes_queries<
+    C, Q, std::void_t<decltype(std::declval<C&>().observe(index_t{}, std::declval<Q>()))>>
     : std::true_type {};
 
 }  // namespace detail
@@ -126,7 +127,9 @@ struct observes_queries<C, Q, std::void_t<decltype(std::declval<C&>().observe(in
 template <class Cache, class TQ>
 void observe_decode(Cache& cache, index_t layer, layer_view<TQ> queries) {
   static_assert(is_kv_cache_v<Cache>, "razorkv: type does not satisfy the KV-cache contract");
-  if constexpr (detail::observes_queries<Cache, layer_view<TQ>>::value) cache.observe(layer, queries);
+  if constexpr (detail::observes_queries<Cache, layer_view<TQ>>::value) {
+    cache.observe(layer, queries);
+  }
 }
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.

@@ -270,11 +270,12 @@ policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, i
 /// it; an engine runs its own decode loop over it with std::visit, calling observe_decode after
 /// each decode_attention. Throws the policy's error when the budget cannot hold it.
 template <class T>
-policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, const memory_budget& budget,
-                                const run_options& options = {}) {
+policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt,
+                                const memory_budget& budget, const run_options& options = {}) {
   double memo_credit = 0;
+  constexpr auto kDtypeBytes = static_cast<index_t>(sizeof(T));
   const index_t entries =
-      entries_per_head(budget, prompt.shape(), prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
+      entries_per_head(budget, prompt.shape(), prompt.prompt_tokens(), kDtypeBytes);
   return detail::compress_prompt(p, prompt, entries, options, memo_credit);
 }
 

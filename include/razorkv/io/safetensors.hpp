@@ -2,18 +2,19 @@
 // a JSON header, raw little-endian tensors), for engines that load model weights beside razorkv.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
 
 #include "razorkv/config.hpp"
 #include "razorkv/detail/math.hpp"
