@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -24,26 +23,20 @@
 
 namespace tiny_llama {
 
-/// Held-out text: the concatenated public headers of razorkv itself (sorted by path). The model
-/// never saw them: it trained on Python's standard library and Eigen's and libstdc++'s headers.
+/// Held-out text: examples/engine/model/heldout.txt, a frozen copy of razorkv's own public
+/// headers (sorted by path) as they were when the evaluation ran. The model never saw them: it
+/// trained on Python's standard library and Eigen's and libstdc++'s headers. Frozen, so that later
+/// edits of the headers do not change the evaluation's trials.
 inline std::string heldout_text(const std::string& repo_root) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(repo_root + "/include/razorkv")) {
-    if (entry.is_regular_file() && entry.path().extension() == ".hpp")
-      files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  std::string text;
-  for (const auto& path : files) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream content;
-    content << in.rdbuf();
-    text += content.str() + "\n\n";
-  }
-  RAZORKV_CHECK(text.size() > 65536, kInvalidArgument, "heldout_text: \"", repo_root,
-                "/include/razorkv\" holds too little text (", text.size(),
-                " bytes); is repo_root right?");
+  const std::string path = repo_root + "/examples/engine/model/heldout.txt";
+  std::ifstream in(path, std::ios::binary);
+  RAZORKV_CHECK(in.good(), kInvalidArgument, "heldout_text: cannot open \"", path,
+                "\"; is repo_root (", repo_root, ") the repository's root?");
+  std::ostringstream content;
+  content << in.rdbuf();
+  std::string text = std::move(content).str();
+  RAZORKV_CHECK(text.size() > 65536, kInvalidArgument, "heldout_text: \"", path, "\" holds ",
+                text.size(), " bytes, too little for the trials");
   return text;
 }
 
