@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
 namespace {
@@ -52,7 +51,7 @@ razorkv::layer_view<const T> last_queries(index_t count) {
 
 // Builds `policy`'s cache of the 32K prompt at the equal budget.
 template <class T>
-razorkv::policy_cache<T> build(const std::string& policy) {
+razorkv::any_kv_cache<T> build(const std::string& policy) {
   const auto& dense = layer_cache<T>(kPromptTokens);
   const auto keys = dense.keys(0), values = dense.values(0);
   const razorkv::model_shape shape{1, kQueryHeads, kKvHeads, kHeadDim};
@@ -84,25 +83,24 @@ razorkv::policy_cache<T> build(const std::string& policy) {
 }
 
 template <class T>
-const razorkv::policy_cache<T>& cached_policy(const std::string& policy) {
-  static std::map<std::string, std::unique_ptr<razorkv::policy_cache<T>>> caches;
+const razorkv::any_kv_cache<T>& cached_policy(const std::string& policy) {
+  static std::map<std::string, std::unique_ptr<razorkv::any_kv_cache<T>>> caches;
   auto& slot = caches[policy];
-  if (!slot) slot = std::make_unique<razorkv::policy_cache<T>>(build<T>(policy));
+  if (!slot) slot = std::make_unique<razorkv::any_kv_cache<T>>(build<T>(policy));
   return *slot;
 }
 
 // One decode step's attention over the policy's cache; bytes are the K/V the cache holds.
 template <class T>
 void BM_PolicyDecode(benchmark::State& state, const std::string& policy) {
-  const razorkv::policy_cache<T>& cache = cached_policy<T>(policy);
+  const razorkv::any_kv_cache<T>& cache = cached_policy<T>(policy);
   const std::vector<float> queries = make_queries();
   std::vector<float> out(queries.size());
   const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
   const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
-  index_t bytes = 0;
-  std::visit([&](const auto& c) { bytes = razorkv::held_kv_bytes(c); }, cache);
+  const index_t bytes = cache.kv_bytes();
   for (auto _ : state) {
-    std::visit([&](const auto& c) { razorkv::decode_attention(c, 0, q, o); }, cache);
+    razorkv::decode_attention(cache, 0, q, o);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -118,7 +116,7 @@ void BM_PolicyCompress(benchmark::State& state, const std::string& policy) {
   layer_cache<T>(kPromptTokens);  // the prompt exists before timing
   prompt_queries<T>();
   for (auto _ : state) {
-    razorkv::policy_cache<T> cache = build<T>(policy);
+    razorkv::any_kv_cache<T> cache = build<T>(policy);
     benchmark::DoNotOptimize(&cache);
     benchmark::ClobberMemory();
   }
@@ -130,7 +128,7 @@ void BM_PolicyCompress(benchmark::State& state, const std::string& policy) {
 // score (observe, a plain double loop, not a tuned kernel).
 template <class T>
 void BM_H2oDecodeStepWithObserve(benchmark::State& state) {
-  razorkv::h2o_kv_cache<T> cache = std::get<razorkv::h2o_kv_cache<T>>(build<T>("h2o"));
+  razorkv::h2o_kv_cache<T> cache = *build<T>("h2o").template target<razorkv::h2o_kv_cache<T>>();
   const std::vector<float> queries = make_queries();
   std::vector<T> token(static_cast<std::size_t>(kKvHeads * kHeadDim), static_cast<T>(0.25f));
   std::vector<float> out(queries.size());

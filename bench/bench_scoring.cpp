@@ -3,7 +3,7 @@
 // report FLOP/s counted as the dense scorer's work, 2 * L * L * head_dim per query head.
 #include <benchmark/benchmark.h>
 
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <sys/resource.h>
 

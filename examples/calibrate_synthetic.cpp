@@ -3,7 +3,7 @@
 // subsampling (row_step) costs in ranking fidelity and saves in time.
 //
 //   razorkv_calibrate_synthetic [layers] [random tokens P]     (defaults 6, 1000)
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <chrono>

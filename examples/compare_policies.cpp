@@ -7,7 +7,7 @@
 // output_dir/compare_policies.svg (fidelity vs budget, one line per policy; the needle grid of
 // each policy as a heat map). --quick runs a smaller grid (the test suite's smoke run).
 #include <razorkv/eval/synthetic_suite.hpp>
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
     for (double budget : budgets) {
       for (const auto& p : policies) {
         const razorkv::policy_run run =
-            p.kind == razorkv::policy_kind::kFull
+            p.target<razorkv::full_policy>() != nullptr
                 ? text_full
                 : razorkv::run_policy(p, text.prompt(), razorkv::memory_budget::fraction_of_full(budget));
         const auto errors = razorkv::relative_l2_per_layer(run, text_full);
@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
         const razorkv::policy_run full = razorkv::run_policy(policies[0], input.prompt(), budget);
         for (const auto& p : policies) {
           const std::vector<bool> hit = razorkv::needles_recovered(
-              p.kind == razorkv::policy_kind::kFull ? full : razorkv::run_policy(p, input.prompt(), budget), full,
+              p.target<razorkv::full_policy>() != nullptr ? full : razorkv::run_policy(p, input.prompt(), budget), full,
               input.prompt(), trials);
           needle_cell cell{p.name, context, depth, 0, 0, 0};
           double induction_trials = 0, echo_trials = 0;

@@ -3,7 +3,7 @@
 // attention-output error of each compensation mode against the full cache.
 //
 //   razorkv_demo [prompt tokens]      (default 16384)
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -4,7 +4,7 @@
 // compression with every config field, append and decode on the razor cache, the baselines,
 // and budgets. Bad input must
 // be a razorkv::error; accepted finite input must decode as the scalar reference does.
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     const tiny_llama::prefill_state state = m.prefill(t.context, false);
     std::printf("prefill: %zu tokens in %.2f s (dense, the engine's own buffers)\n",
                 t.context.size(), seconds_since(start));
-    const razorkv::eval_prompt<float> prompt = m.prompt_of(state);
+    const razorkv::prompt_kv<float> prompt = m.prompt_of(state);
     std::printf("the hidden run (hex):      ");
     for (int id : t.continuation) std::printf("%02x", id);
     std::printf("\n\n");
@@ -76,17 +76,13 @@ int main(int argc, char** argv) {
     double full_bytes = 0;
     for (const razorkv::policy& p : policies) {
       start = clock::now();
-      razorkv::policy_cache<float> cache =
+      razorkv::any_kv_cache<float> cache =
           razorkv::compress_prompt(p, prompt, razorkv::memory_budget::fraction_of_full(1.0 / 3.0));
       const double compress_ms = 1e3 * seconds_since(start);
       tiny_llama::trial_outcome outcome;
+      outcome.kv_bytes = cache.kv_bytes();
       start = clock::now();
-      std::visit(
-          [&](auto& kv) {
-            outcome.kv_bytes = razorkv::held_kv_bytes(kv);
-            tiny_llama::run_continuation(m, kv, t, outcome);
-          },
-          cache);
+      tiny_llama::run_continuation(m, cache, t, outcome);
       const double per_token_ms =
           1e3 * seconds_since(start) / static_cast<double>(t.continuation.size());
       if (p.name == "full") full_bytes = static_cast<double>(outcome.kv_bytes);

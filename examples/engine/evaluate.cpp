@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <razorkv/eval.hpp>
 #include <razorkv/io/json.hpp>
 
 #include "tasks.hpp"

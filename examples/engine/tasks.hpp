@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <razorkv/eval/harness.hpp>
+#include <razorkv/razorkv.hpp>
 
 #include "tiny_llama.hpp"
 
@@ -172,17 +172,13 @@ inline std::vector<trial_outcome> run_trial(const model& m, const trial& t,
                                             const std::vector<razorkv::policy>& policies,
                                             const razorkv::memory_budget& budget) {
   const prefill_state state = m.prefill(t.context, false);
-  const razorkv::eval_prompt<float> prompt = m.prompt_of(state);
+  const razorkv::prompt_kv<float> prompt = m.prompt_of(state);
   std::vector<trial_outcome> outcomes;
   for (const razorkv::policy& p : policies) {
-    razorkv::policy_cache<float> cache = razorkv::compress_prompt(p, prompt, budget);
+    razorkv::any_kv_cache<float> cache = razorkv::compress_prompt(p, prompt, budget);
     trial_outcome outcome;
-    std::visit(
-        [&](auto& c) {
-          outcome.kv_bytes = razorkv::held_kv_bytes(c);
-          run_continuation(m, c, t, outcome);
-        },
-        cache);
+    outcome.kv_bytes = cache.kv_bytes();
+    run_continuation(m, cache, t, outcome);
     outcomes.push_back(std::move(outcome));
   }
   return outcomes;

@@ -86,9 +86,9 @@ class model {
   /// every position when `all_logits`, else of the last one only.
   prefill_state prefill(const std::vector<int>& tokens, bool all_logits) const;
 
-  /// The prefill as razorkv's evaluation prompt: views of every layer's Q/K/V, from which
-  /// razorkv::compress_prompt builds any policy's cache (SnapKV and H2O rank by the queries).
-  razorkv::eval_prompt<float> prompt_of(const prefill_state& state) const;
+  /// The prefill as the prompt razorkv's policies compress: views of every layer's K/V and of
+  /// the last `queries` prompt queries (SnapKV and H2O rank by them; -1: all of them).
+  razorkv::prompt_kv<float> prompt_of(const prefill_state& state, index_t queries = -1) const;
 
   /// One decode step of the token at `position` over any razorkv cache holding positions
   /// [0, position) of every layer: appends the token's K/V to each layer, attends with
@@ -296,13 +296,17 @@ inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_log
   return state;
 }
 
-inline razorkv::eval_prompt<float> model::prompt_of(const prefill_state& state) const {
+inline razorkv::prompt_kv<float> model::prompt_of(const prefill_state& state,
+                                                   index_t queries) const {
+  const index_t kept = queries < 0 ? state.tokens : queries;
+  RAZORKV_CHECK(kept <= state.tokens, kInvalidArgument, "tiny_llama::prompt_of: queries (", kept,
+                ") exceeds the prefill's ", state.tokens, " tokens");
   std::vector<razorkv::layer_sequence<float>> layers;
   for (index_t l = 0; l < cfg_.num_layers; ++l) {
-    layers.push_back({state.query_view(l, cfg_.num_q_heads), state.key_view(l, cfg_.num_kv_heads),
-                      state.value_view(l, cfg_.num_kv_heads)});
+    layers.push_back({state.query_view(l, cfg_.num_q_heads).middle_tokens(state.tokens - kept, kept),
+                      state.key_view(l, cfg_.num_kv_heads), state.value_view(l, cfg_.num_kv_heads)});
   }
-  return razorkv::eval_prompt<float>(shape(), std::move(layers), state.tokens);
+  return razorkv::prompt_kv<float>(shape(), std::move(layers));
 }
 
 template <class Cache>

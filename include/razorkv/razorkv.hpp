@@ -1,5 +1,5 @@
-// razorkv/razorkv.hpp: the umbrella header. Include this, or the narrower module headers.
-// razorkv shrinks the KV cache of long-context inference with RazorAttention (see README.md).
+// razorkv/razorkv.hpp: the umbrella header, what an inference engine needs: caches and sources,
+// compression, decode attention, the policies, head scoring and selection (see README.md).
 #pragma once
 
 #include "razorkv/config.hpp"
@@ -10,26 +10,26 @@
 #include "razorkv/core/eigen.hpp"
 #include "razorkv/core/tensor_view.hpp"
 
+#include "razorkv/cache/any_cache.hpp"
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/cache/paged_view.hpp"
 
 #include "razorkv/compress/column_sums.hpp"
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 
 #include "razorkv/attention/decode.hpp"
-#include "razorkv/attention/reference.hpp"
 
+#include "razorkv/policies/any_policy.hpp"
 #include "razorkv/policies/h2o.hpp"
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
+#include "razorkv/policies/policy.hpp"
 #include "razorkv/policies/razor_at_budget.hpp"
 #include "razorkv/policies/selected_cache.hpp"
 #include "razorkv/policies/snapkv.hpp"
 #include "razorkv/policies/streaming_llm.hpp"
-
-#include "razorkv/eval/harness.hpp"
-#include "razorkv/eval/needle_task.hpp"
 
 #include "razorkv/scoring/dense_scorer.hpp"
 #include "razorkv/scoring/head_scores.hpp"
@@ -37,10 +37,11 @@
 #include "razorkv/scoring/streaming_scorer.hpp"
 
 #include "razorkv/select/alibi.hpp"
-#include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/budget_selector.hpp"
+#include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/head_selector.hpp"
 #include "razorkv/select/kv_budget.hpp"
 
-#include "razorkv/synthetic/planted_heads.hpp"
-#include "razorkv/synthetic/planted_model.hpp"
+// Not here, on purpose: razorkv/eval.hpp (the evaluation harness, needle tasks and synthetic
+// models: the razorkv::eval target), razorkv/attention/reference.hpp (the scalar oracle the
+// tests compare against) and razorkv/io/ (file formats: razorkv::io, needs nlohmann-json).

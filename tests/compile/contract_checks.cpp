@@ -1,5 +1,5 @@
-// Compile-only checks: views are trivially copyable, and the KV-cache contract accepts the
-// library's caches and rejects types that miss a member.
+// Compile-only checks: views are trivially copyable, and the KV-source and KV-cache contracts
+// accept the library's sources and caches and reject types that miss a member.
 #include <razorkv/razorkv.hpp>
 
 #include <type_traits>
@@ -24,7 +24,7 @@ static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<double>>);
 static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<Eigen::half>>);
 static_assert(razorkv::is_kv_cache_v<razorkv::razor_kv_cache<Eigen::bfloat16>>);
 
-// Has everything but append: not a cache.
+// Has everything but append: a read-only source, not a cache.
 struct read_only_cache {
   using value_type = float;
   index_t num_layers() const { return 1; }
@@ -33,13 +33,17 @@ struct read_only_cache {
   index_t num_spans(index_t, index_t) const { return 0; }
   razorkv::kv_span<float> span(index_t, index_t, index_t) const { return {}; }
 };
+static_assert(razorkv::is_kv_source_v<read_only_cache>);
 static_assert(!razorkv::is_kv_cache_v<read_only_cache>);
+static_assert(razorkv::is_kv_source_v<razorkv::paged_kv_view<float>>);
+static_assert(!razorkv::is_kv_cache_v<razorkv::paged_kv_view<float>>);
 
 // Element type razorkv cannot read: not a cache.
 struct int_cache : read_only_cache {
   using value_type = int;
   void append(index_t, razorkv::layer_view<const int>, razorkv::layer_view<const int>) {}
 };
+static_assert(!razorkv::is_kv_source_v<int_cache>);
 static_assert(!razorkv::is_kv_cache_v<int_cache>);
 static_assert(!razorkv::is_kv_cache_v<int>);
 
@@ -47,6 +51,8 @@ static_assert(!razorkv::is_kv_cache_v<int>);
 static_assert(razorkv::kv_cache<razorkv::dense_kv_cache<float>>);
 static_assert(razorkv::kv_cache<razorkv::razor_kv_cache<Eigen::bfloat16>>);
 static_assert(!razorkv::kv_cache<read_only_cache>);
+static_assert(razorkv::kv_source<read_only_cache>);
+static_assert(razorkv::kv_source<razorkv::dense_kv_cache<float>>);
 #endif
 
 }  // namespace

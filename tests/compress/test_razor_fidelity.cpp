@@ -3,7 +3,7 @@
 // token must beat the unweighted one, which must beat plain truncation, in every layer.
 #include <gtest/gtest.h>
 
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <cmath>
 #include <iostream>

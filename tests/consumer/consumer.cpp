@@ -1,5 +1,6 @@
 // A minimal engine-side program: fills a dense cache, decodes one token and checks the result
 // against the reference. Built by both consumer projects to prove the package works.
+#include <razorkv/attention/reference.hpp>
 #include <razorkv/razorkv.hpp>
 
 #include <cmath>

@@ -4,6 +4,7 @@
 // scores computed from PyTorch's attention), and razor against the full cache on retrieval.
 #include <gtest/gtest.h>
 
+#include <razorkv/eval.hpp>
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/npy.hpp>
 
@@ -64,9 +65,8 @@ TEST(RazorkvTrainedModel, DecodeOverRazorkvCachesMatchesPrefill) {
   for (index_t p : prompt_lengths) {
     const tiny_llama::prefill_state state =
         m.prefill(std::vector<int>(tokens.begin(), tokens.begin() + p), false);
-    const razorkv::eval_prompt<float> prompt = m.prompt_of(state);
-    caches.push_back(std::get<razorkv::dense_kv_cache<float>>(razorkv::compress_prompt(
-        razorkv::full_policy(), prompt, razorkv::memory_budget::fraction_of_full(1.0))));
+    caches.push_back(razorkv::compress_prompt(razorkv::full_policy(), m.prompt_of(state, 0),
+                                              razorkv::memory_budget::fraction_of_full(1.0)));
   }
   std::vector<razorkv::dense_kv_cache<float>*> pointers = {&caches[0], &caches[1]};
   for (index_t step = 0; step + prompt_lengths[1] < n; ++step) {
@@ -102,8 +102,8 @@ TEST(RazorkvTrainedModel, BatchedDecodeOverRazorCachesMatchesOneSequenceAtATime)
         m.prefill(std::vector<int>(texts[b].begin(), texts[b].begin() + lengths[b]), false);
     const auto policy = razorkv::razor_policy("razor", plan, bounded);
     for (auto* caches : {&batched, &single}) {
-      caches->push_back(std::get<razorkv::razor_kv_cache<float>>(razorkv::compress_prompt(
-          policy, m.prompt_of(state), razorkv::memory_budget::fraction_of_full(0.25))));
+      caches->push_back(razorkv::compress_prompt(policy, m.prompt_of(state, 0),
+                                                 razorkv::memory_budget::fraction_of_full(0.25)));
     }
   }
   std::vector<razorkv::razor_kv_cache<float>*> pointers;

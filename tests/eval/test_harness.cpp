@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <razorkv/eval/synthetic_suite.hpp>
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <iostream>
 #include <map>
@@ -185,7 +185,7 @@ TEST(RazorkvHarness, BudgetsThatAPolicyCannotMeetAreErrors) {
                                            razorkv::memory_budget::fraction_of_full(64)),
                        kInvalidArgument, "fraction_of_full (64) must be in (0, 1]");
   RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::h2o_policy({}, 300), prompt, razorkv::memory_budget::entries_per_head(64)),
-                       kInvalidArgument, "h2o_observed_queries (300) exceeds the prompt (256 tokens)");
+                       kInvalidArgument, "observed_queries (300) must be in [0, 256]");
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // awkward sizes and strides, and its error handling.
 #include <gtest/gtest.h>
 
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <vector>
 

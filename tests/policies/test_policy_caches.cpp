@@ -2,7 +2,7 @@
 // and the optimised decode over them agrees with the scalar reference, through decode steps.
 #include <gtest/gtest.h>
 
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <vector>
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -67,7 +67,7 @@ double max_abs(const std::vector<A>& a) {
   return m;
 }
 
-/// A single-layer cache whose heads are explicit lists of spans, each with its own storage,
+/// A single-layer read-only source whose heads are explicit lists of spans, each with its own storage,
 /// row padding and log-weight: the awkward layouts a paged or compressed cache produces.
 template <class T>
 class span_list_cache {
@@ -112,20 +112,6 @@ class span_list_cache {
     heads_.at(static_cast<std::size_t>(kv_head)).push_back(std::move(s));
   }
 
-  /// The contract's append: one new span per head with the new tokens.
-  void append(index_t, razorkv::layer_view<const T> keys, razorkv::layer_view<const T> values) {
-    for (index_t h = 0; h < num_kv_heads(); ++h) {
-      std::vector<T> k, v;
-      for (index_t t = 0; t < keys.tokens(); ++t) {
-        const T* krow = keys.head(h).row(t);
-        const T* vrow = values.head(h).row(t);
-        k.insert(k.end(), krow, krow + head_dim_);
-        v.insert(v.end(), vrow, vrow + head_dim_);
-      }
-      add_span(h, k.data(), v.data(), keys.tokens());
-    }
-  }
-
  private:
   struct stored {
     std::vector<T> keys, values;  // [rows, stride]
@@ -136,6 +122,6 @@ class span_list_cache {
   std::vector<std::vector<std::unique_ptr<stored>>> heads_;  // [kv_heads][spans]
 };
 
-static_assert(razorkv::is_kv_cache_v<span_list_cache<float>>);
+static_assert(razorkv::is_kv_source_v<span_list_cache<float>>);
 
 }  // namespace razorkv_test

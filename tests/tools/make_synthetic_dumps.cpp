@@ -5,7 +5,7 @@
 //   make_synthetic_dumps DIR P R      (the probe has a BOS)
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/npy.hpp>
-#include <razorkv/razorkv.hpp>
+#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -20,8 +20,8 @@ namespace reference {
 
 /// Same contract as razorkv::decode_attention_multi, computed entry by entry in double with a
 /// two-pass softmax. Returns [tokens, num_query_heads, head_dim], row-major.
-template <class Cache, class TQ>
-std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
+template <class Source, class TQ>
+std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
                                            layer_view<TQ> queries,
                                            std::optional<double> scale = std::nullopt) {
   check_layer(cache, layer, "reference::decode_attention");
@@ -40,8 +40,8 @@ std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
     const index_t kv_head = h / group;
     // The head's entries as (key row, value row, log-weight), oldest first.
     struct entry {
-      const typename Cache::value_type* key;
-      const typename Cache::value_type* value;
+      const typename Source::value_type* key;
+      const typename Source::value_type* value;
       double log_weight;
     };
     std::vector<entry> entries;
@@ -82,8 +82,8 @@ std::vector<double> decode_attention_multi(const Cache& cache, index_t layer,
 }
 
 /// One new query per query head: returns [num_query_heads, head_dim], row-major.
-template <class Cache, class TQ>
-std::vector<double> decode_attention(const Cache& cache, index_t layer, matrix_view<TQ> queries,
+template <class Source, class TQ>
+std::vector<double> decode_attention(const Source& cache, index_t layer, matrix_view<TQ> queries,
                                      std::optional<double> scale = std::nullopt) {
   return decode_attention_multi(cache, layer,
                                 layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(),

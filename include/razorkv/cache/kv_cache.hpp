@@ -1,5 +1,5 @@
-// razorkv/cache/kv_cache.hpp: the generic KV-cache contract that attention, compression and
-// evaluation are written against, stated once as a C++17 trait and as a C++20 concept.
+// razorkv/cache/kv_cache.hpp: the KV contracts attention, compression and evaluation read: a
+// read-only source, and a cache (a source that also appends); C++17 traits and C++20 concepts.
 #pragma once
 
 #include <cmath>
@@ -30,60 +30,77 @@ struct kv_span {
   index_t length() const noexcept { return keys.rows(); }
 };
 
-// The contract. For a cache type C with element type T = C::value_type, and c a const C&:
-//   c.num_layers(), c.num_kv_heads(), c.head_dim()   -> index_t, > 0, fixed for c's lifetime
-//   c.num_spans(layer, kv_head)                       -> index_t, the spans of that head
-//   c.span(layer, kv_head, i)                         -> kv_span<T>, i in [0, num_spans)
-// and for a mutable C& m:
+// The contract, in two parts. A *source* is anything decode and compression can read; a
+// *cache* is a source that can also grow. For a source type S with element type
+// T = S::value_type, and s a const S&:
+//   s.num_layers(), s.num_kv_heads(), s.head_dim()   -> index_t, > 0, fixed for s's lifetime
+//   s.num_spans(layer, kv_head)                       -> index_t, the spans of that head
+//   s.span(layer, kv_head, i)                         -> kv_span<T>, i in [0, num_spans)
+// Entries of a head are the concatenation of its spans in order; the newest token is last.
+// A cache type C is a source, and for a mutable C& m also has:
 //   m.append(layer, keys, values)  with keys, values layer_view<const T> of shape
 //       [tokens, num_kv_heads, head_dim]: appends the tokens to every kv head of the layer
 //       (one decoded token is tokens == 1).
-// Entries of a head are the concatenation of its spans in order; the newest token is last.
+// Read-only sources (paged_kv_view over an engine's page pool, any view over memory the engine
+// fills itself) are not caches: decode_attention and compress_layer read them, nothing appends.
 namespace detail {
 
-template <class C, class = void>
-struct is_kv_cache_impl : std::false_type {};
+template <class S, class = void>
+struct is_kv_source_impl : std::false_type {};
 
-template <class C>
-struct is_kv_cache_impl<
-    C, std::void_t<typename C::value_type,
-                   decltype(std::declval<const C&>().num_layers()),
-                   decltype(std::declval<const C&>().num_kv_heads()),
-                   decltype(std::declval<const C&>().head_dim()),
-                   decltype(std::declval<const C&>().num_spans(index_t{}, index_t{})),
-                   decltype(std::declval<const C&>().span(index_t{}, index_t{}, index_t{})),
-                   decltype(std::declval<C&>().append(
-                       index_t{}, std::declval<layer_view<const typename C::value_type>>(),
-                       std::declval<layer_view<const typename C::value_type>>()))>>
+template <class S>
+struct is_kv_source_impl<
+    S, std::void_t<typename S::value_type, decltype(std::declval<const S&>().num_layers()),
+                   decltype(std::declval<const S&>().num_kv_heads()),
+                   decltype(std::declval<const S&>().head_dim()),
+                   decltype(std::declval<const S&>().num_spans(index_t{}, index_t{})),
+                   decltype(std::declval<const S&>().span(index_t{}, index_t{}, index_t{}))>>
     : std::bool_constant<
-          is_storage_dtype_v<typename C::value_type> &&
-          std::is_convertible_v<decltype(std::declval<const C&>().num_layers()), index_t> &&
-          std::is_convertible_v<decltype(std::declval<const C&>().num_kv_heads()), index_t> &&
-          std::is_convertible_v<decltype(std::declval<const C&>().head_dim()), index_t> &&
-          std::is_convertible_v<decltype(std::declval<const C&>().num_spans(index_t{}, index_t{})),
+          is_storage_dtype_v<typename S::value_type> &&
+          std::is_convertible_v<decltype(std::declval<const S&>().num_layers()), index_t> &&
+          std::is_convertible_v<decltype(std::declval<const S&>().num_kv_heads()), index_t> &&
+          std::is_convertible_v<decltype(std::declval<const S&>().head_dim()), index_t> &&
+          std::is_convertible_v<decltype(std::declval<const S&>().num_spans(index_t{}, index_t{})),
                                 index_t> &&
           std::is_convertible_v<
-              decltype(std::declval<const C&>().span(index_t{}, index_t{}, index_t{})),
-              kv_span<typename C::value_type>>> {};
+              decltype(std::declval<const S&>().span(index_t{}, index_t{}, index_t{})),
+              kv_span<typename S::value_type>>> {};
+
+template <class C, class = void>
+struct has_append : std::false_type {};
+
+template <class C>
+struct has_append<C, std::void_t<decltype(std::declval<C&>().append(
+                         index_t{}, std::declval<layer_view<const typename C::value_type>>(),
+                         std::declval<layer_view<const typename C::value_type>>()))>>
+    : std::true_type {};
 
 }  // namespace detail
 
-/// True when C satisfies the KV-cache contract above.
+/// True when S satisfies the read-only KV-source contract above.
+template <class S>
+inline constexpr bool is_kv_source_v = detail::is_kv_source_impl<std::remove_cv_t<S>>::value;
+
+/// True when C is a KV source that can also append tokens (the KV-cache contract above).
 template <class C>
-inline constexpr bool is_kv_cache_v = detail::is_kv_cache_impl<std::remove_cv_t<C>>::value;
+inline constexpr bool is_kv_cache_v = is_kv_source_v<C> && detail::has_append<std::remove_cv_t<C>>::value;
 
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
+/// The KV-source contract as a C++20 concept (same meaning as is_kv_source_v).
+template <class S>
+concept kv_source = is_kv_source_v<S>;
+
 /// The KV-cache contract as a C++20 concept (same meaning as is_kv_cache_v).
 template <class C>
 concept kv_cache = is_kv_cache_v<C>;
 #endif
 
-/// Throws unless `layer` indexes a layer of `cache`; `where` names the caller in the message.
-template <class Cache>
-void check_layer(const Cache& cache, index_t layer, const char* where) {
-  static_assert(is_kv_cache_v<Cache>, "razorkv: type does not satisfy the KV-cache contract");
-  RAZORKV_CHECK(layer >= 0 && layer < static_cast<index_t>(cache.num_layers()), kOutOfRange, where,
-                ": layer (", layer, ") outside [0, ", cache.num_layers(), ")");
+/// Throws unless `layer` indexes a layer of `source`; `where` names the caller in the message.
+template <class Source>
+void check_layer(const Source& source, index_t layer, const char* where) {
+  static_assert(is_kv_source_v<Source>, "razorkv: type does not satisfy the KV-source contract");
+  RAZORKV_CHECK(layer >= 0 && layer < static_cast<index_t>(source.num_layers()), kOutOfRange, where,
+                ": layer (", layer, ") outside [0, ", source.num_layers(), ")");
 }
 
 namespace detail {
@@ -133,33 +150,35 @@ void observe_decode(Cache& cache, index_t layer, layer_view<TQ> queries) {
 }
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.
-template <class Cache>
-index_t num_entries(const Cache& cache, index_t layer, index_t kv_head) {
-  static_assert(is_kv_cache_v<Cache>, "razorkv: type does not satisfy the KV-cache contract");
+template <class Source>
+index_t num_entries(const Source& source, index_t layer, index_t kv_head) {
+  static_assert(is_kv_source_v<Source>, "razorkv: type does not satisfy the KV-source contract");
   index_t total = 0;
-  const index_t spans = cache.num_spans(layer, kv_head);
-  for (index_t i = 0; i < spans; ++i) total += cache.span(layer, kv_head, i).length();
+  const index_t spans = source.num_spans(layer, kv_head);
+  for (index_t i = 0; i < spans; ++i) total += source.span(layer, kv_head, i).length();
   return total;
 }
 
-/// Bytes of K and V a cache holds in `layer`: 2 * entries * head_dim * sizeof(value_type) summed
+/// Bytes of K and V a source holds in `layer`: 2 * entries * head_dim * sizeof(value_type) summed
 /// over its kv heads. Under GQA a group's K/V is one kv head, so it is counted once however many
 /// query heads read it; a compensation token is one entry (its count is metadata).
-template <class Cache>
-index_t held_kv_bytes(const Cache& cache, index_t layer) {
-  check_layer(cache, layer, "held_kv_bytes");
-  const index_t entry_bytes = 2 * static_cast<index_t>(cache.head_dim()) *
-                              static_cast<index_t>(sizeof(typename Cache::value_type));
+template <class Source>
+index_t held_kv_bytes(const Source& source, index_t layer) {
+  check_layer(source, layer, "held_kv_bytes");
+  const index_t entry_bytes = 2 * static_cast<index_t>(source.head_dim()) *
+                              static_cast<index_t>(sizeof(typename Source::value_type));
   index_t total = 0;
-  for (index_t h = 0; h < static_cast<index_t>(cache.num_kv_heads()); ++h) total += num_entries(cache, layer, h);
+  for (index_t h = 0; h < static_cast<index_t>(source.num_kv_heads()); ++h) {
+    total += num_entries(source, layer, h);
+  }
   return total * entry_bytes;
 }
 
 /// held_kv_bytes over every layer.
-template <class Cache>
-index_t held_kv_bytes(const Cache& cache) {
+template <class Source>
+index_t held_kv_bytes(const Source& source) {
   index_t total = 0;
-  for (index_t l = 0; l < static_cast<index_t>(cache.num_layers()); ++l) total += held_kv_bytes(cache, l);
+  for (index_t l = 0; l < static_cast<index_t>(source.num_layers()); ++l) total += held_kv_bytes(source, l);
   return total;
 }
 

@@ -106,13 +106,12 @@ class razor_kv_cache {
     const layer_view<const T> typed_values = values.as<T>(kWhere, "values");
     compress_layer(layer, typed_keys, typed_values, parallel_for);
   }
-  /// The same from any cache that satisfies the KV-cache contract and holds the uncompressed
-  /// prefill, such as an engine's paged cache behind an adapter (one span per page): layer
-  /// `layer` of `prefill` is read span by span, in place. Every head must hold the same tokens
-  /// in spans of log-weight 0.
-  template <class Cache, class = std::enable_if_t<is_kv_cache_v<Cache>>>
-  void compress_layer(index_t layer, const Cache& prefill, const parallel_for_fn& parallel_for = {}) {
-    static_assert(std::is_same_v<typename Cache::value_type, T>,
+  /// The same from any KV source that holds the uncompressed prefill, such as an engine's page
+  /// pool seen through paged_kv_view (one span per page): layer `layer` of `prefill` is read
+  /// span by span, in place. Every head must hold the same tokens in spans of log-weight 0.
+  template <class Source, class = std::enable_if_t<is_kv_source_v<Source>>>
+  void compress_layer(index_t layer, const Source& prefill, const parallel_for_fn& parallel_for = {}) {
+    static_assert(std::is_same_v<typename Source::value_type, T>,
                   "razor_kv_cache::compress_layer: the prefill cache stores another dtype");
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     check_layer(prefill, layer, kWhere);

@@ -1,10 +1,11 @@
-// razorkv/eval/harness.hpp: runs KV-compression policies (full, StreamingLLM, SnapKV, H2O,
-// RazorAttention and its ablations) on one prompt at one memory budget, and scores the outputs.
+// razorkv/eval/harness.hpp: runs any KV-compression policy (full, StreamingLLM, SnapKV, H2O,
+// RazorAttention and its ablations, a user's) on one prompt at one memory budget, and scores it.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,7 +14,6 @@
 #include <random>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "razorkv/attention/decode.hpp"
@@ -25,9 +25,11 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/eval/needle_task.hpp"
+#include "razorkv/policies/any_policy.hpp"
 #include "razorkv/policies/h2o.hpp"
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
+#include "razorkv/policies/policy.hpp"
 #include "razorkv/policies/razor_at_budget.hpp"
 #include "razorkv/policies/selected_cache.hpp"
 #include "razorkv/policies/snapkv.hpp"
@@ -36,59 +38,6 @@
 #include "razorkv/select/kv_budget.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
-
-/// The KV-compression methods the harness compares.
-enum class policy_kind { kFull, kStreamingLLM, kSnapKV, kH2O, kRazor };
-
-/// One method and its parameters; a budget turns it into a cache (run_policy).
-struct policy {
-  std::string name;
-  policy_kind kind = policy_kind::kFull;
-  std::optional<head_plan> plan;  ///< kRazor: the groups that keep every token
-  razor_config razor;             ///< kRazor: sinks and compensation (the window comes from the budget)
-  index_t sinks = 4;              ///< kStreamingLLM
-  snapkv_config snapkv;           ///< kSnapKV
-  h2o_config h2o;                 ///< kH2O
-  /// kH2O: the last this many prompt queries rank the prompt (0: every prompt query, as H2O does).
-  index_t h2o_observed_queries = 0;
-};
-
-inline policy full_policy() {
-  policy p;
-  p.name = "full";
-  return p;
-}
-inline policy streaming_llm_policy(index_t sinks = 4) {
-  policy p;
-  p.name = "streaming_llm";
-  p.kind = policy_kind::kStreamingLLM;
-  p.sinks = sinks;
-  return p;
-}
-inline policy snapkv_policy(const snapkv_config& config = {}) {
-  policy p;
-  p.name = "snapkv";
-  p.kind = policy_kind::kSnapKV;
-  p.snapkv = config;
-  return p;
-}
-inline policy h2o_policy(const h2o_config& config = {}, index_t observed_queries = 0) {
-  policy p;
-  p.name = "h2o";
-  p.kind = policy_kind::kH2O;
-  p.h2o = config;
-  p.h2o_observed_queries = observed_queries;
-  return p;
-}
-/// RazorAttention with `plan`'s retrieval groups; `config` gives sinks and compensation mode.
-inline policy razor_policy(std::string name, head_plan plan, const razor_config& config = {}) {
-  policy p;
-  p.name = std::move(name);
-  p.kind = policy_kind::kRazor;
-  p.plan = std::move(plan);
-  p.razor = config;
-  return p;
-}
 
 /// A plan of `count` retrieval groups drawn uniformly at random (the "random heads" ablation).
 inline head_plan random_plan(const model_shape& shape, index_t count, std::uint64_t seed) {
@@ -108,17 +57,6 @@ inline head_plan random_plan(const model_shape& shape, index_t count, std::uint6
   plan.selection().method = "random";
   return plan;
 }
-
-/// The cache each policy produces, behind the one KV-cache contract.
-template <class T>
-using policy_cache = std::variant<dense_kv_cache<T>, razor_kv_cache<T>, selected_kv_cache<T>, h2o_kv_cache<T>>;
-
-/// One layer's queries, keys and values over the prompt and the decode tokens after it:
-/// queries [tokens, num_query_heads, head_dim], keys and values [tokens, num_kv_heads, head_dim].
-template <class T>
-struct layer_sequence {
-  layer_view<const T> queries, keys, values;
-};
 
 /// A prompt and its decode tokens, every layer, as the harness reads them (views; the caller
 /// keeps the memory alive). Attention scores the SnapKV and H2O policies rank the prompt by are
@@ -153,6 +91,31 @@ class eval_prompt {
   const layer_sequence<T>& layer(index_t l) const { return layers_.at(static_cast<std::size_t>(l)); }
   index_t prompt_tokens() const noexcept { return prompt_tokens_; }
   index_t decode_steps() const noexcept { return layers_[0].queries.tokens() - prompt_tokens_; }
+
+  /// The prompt part (its keys, values and every prompt query) as policies read it, with
+  /// observed attention memoised across every policy run on this prompt (see observed).
+  /// `on_observed(seconds)` is called with the recorded cost of each memoised score fetched
+  /// minus what fetching it took, so that a caller can charge scoring once to every run.
+  prompt_kv<T> policy_input(const parallel_for_fn& parallel_for = {},
+                            std::function<void(double)> on_observed = {}) const {
+    std::vector<layer_sequence<T>> layers;
+    for (const layer_sequence<T>& s : layers_) {
+      layers.push_back({s.queries.middle_tokens(0, prompt_tokens_), s.keys.middle_tokens(0, prompt_tokens_),
+                        s.values.middle_tokens(0, prompt_tokens_)});
+    }
+    prompt_kv<T> input(shape_, std::move(layers));
+    input.parallel_for = parallel_for;
+    input.observed_attention_hook = [this, parallel_for, on_observed](index_t layer, index_t queries) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto& [mass, seconds] = observed(layer, queries, parallel_for);
+      attention_mass copy = mass;
+      if (on_observed) {
+        on_observed(seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      return copy;
+    };
+    return input;
+  }
 
   /// observed_attention of the prompt's last `queries` queries in `layer`, and the seconds
   /// it took when first computed.
@@ -201,128 +164,60 @@ struct run_options {
   parallel_for_fn parallel_for;  ///< passed to compression, scoring and decode
 };
 
-namespace detail {
-
-// Builds the policy's cache of the prompt. memo_credit gets, for every memoised attention score
-// used, its recorded cost minus what fetching it took now, so that compression time always
-// includes scoring once, whether this run computed it or an earlier run on the prompt did.
-template <class T>
-policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt, index_t budget, const run_options& options,
-                                double& memo_credit) {
-  const auto observed = [&](index_t layer, index_t queries) -> const attention_mass& {
-    const auto start = std::chrono::steady_clock::now();
-    const auto& [mass, seconds] = prompt.observed(layer, queries, options.parallel_for);
-    memo_credit += seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return mass;
-  };
-  const model_shape& shape = prompt.shape();
-  const index_t n = prompt.prompt_tokens();
-  const auto keys = [&](index_t l) { return prompt.layer(l).keys.middle_tokens(0, n); };
-  const auto values = [&](index_t l) { return prompt.layer(l).values.middle_tokens(0, n); };
-  switch (p.kind) {
-    case policy_kind::kFull: {
-      dense_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, n);
-      for (index_t l = 0; l < shape.num_layers; ++l) cache.append(l, keys(l), values(l));
-      return cache;
-    }
-    case policy_kind::kStreamingLLM: {
-      razor_kv_cache<T> cache = make_streaming_llm_cache<T>(shape, budget, p.sinks);
-      for (index_t l = 0; l < shape.num_layers; ++l) cache.compress_layer(l, keys(l), values(l), options.parallel_for);
-      return cache;
-    }
-    case policy_kind::kRazor: {
-      RAZORKV_CHECK(p.plan.has_value(), kInvalidArgument, "run_policy: razor policy \"", p.name, "\" has no plan");
-      p.plan->validate_against(shape);
-      razor_kv_cache<T> cache(*p.plan, razor_config_for_budget(*p.plan, n, budget, p.razor));
-      for (index_t l = 0; l < shape.num_layers; ++l) cache.compress_layer(l, keys(l), values(l), options.parallel_for);
-      return cache;
-    }
-    case policy_kind::kSnapKV: {
-      check_snapkv(p.snapkv, n, budget, "run_policy: snapkv");
-      selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
-      for (index_t l = 0; l < shape.num_layers; ++l) {
-        const attention_mass& votes = observed(l, p.snapkv.window);
-        std::vector<std::vector<index_t>> keep;
-        for (index_t h = 0; h < shape.num_kv_heads; ++h) keep.push_back(snapkv_positions(votes.head(h), n, budget, p.snapkv));
-        cache.compress_layer(l, keys(l), values(l), keep);
-      }
-      return cache;
-    }
-    case policy_kind::kH2O: {
-      const index_t observed_queries = p.h2o_observed_queries > 0 ? p.h2o_observed_queries : n;
-      RAZORKV_CHECK(observed_queries <= n, kInvalidArgument, "run_policy: h2o_observed_queries (", observed_queries,
-                    ") exceeds the prompt (", n, " tokens)");
-      h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget, p.h2o);
-      for (index_t l = 0; l < shape.num_layers; ++l) {
-        cache.compress_layer(l, keys(l), values(l), observed(l, observed_queries));
-      }
-      return cache;
-    }
-  }
-  RAZORKV_CHECK(false, kInvalidArgument, "run_policy: kind (", static_cast<int>(p.kind), ") is not a policy_kind");
-  return dense_kv_cache<T>(1, 1, 1);
-}
-
-}  // namespace detail
-
 /// The cache policy `p` makes of `prompt`'s first prompt_tokens() tokens at `budget` (every
-/// layer compressed; SnapKV and H2O rank the prompt by its queries). run_policy decodes over
-/// it; an engine runs its own decode loop over it with std::visit, calling observe_decode after
-/// each decode_attention. Throws the policy's error when the budget cannot hold it.
-template <class T>
-policy_cache<T> compress_prompt(const policy& p, const eval_prompt<T>& prompt,
-                                const memory_budget& budget, const run_options& options = {}) {
-  double memo_credit = 0;
-  constexpr auto kDtypeBytes = static_cast<index_t>(sizeof(T));
-  const index_t entries =
-      entries_per_head(budget, prompt.shape(), prompt.prompt_tokens(), kDtypeBytes);
-  return detail::compress_prompt(p, prompt, entries, options, memo_credit);
+/// layer compressed; SnapKV and H2O rank the prompt by its queries, memoised across runs).
+/// Throws the policy's error when the budget cannot hold it.
+template <class P, class T>
+auto compress_prompt(const P& p, const eval_prompt<T>& prompt, const memory_budget& budget,
+                     const run_options& options = {}) {
+  return compress_prompt(p, prompt.policy_input(options.parallel_for), budget);
 }
 
 /// Runs `p` on `prompt` at `budget`: compresses the prompt of every layer into the policy's
 /// cache, then for each decode token appends its K/V to every layer, runs decode_attention, and
 /// (H2O) lets the cache observe the token's attention. Throws the policy's error when the budget
 /// cannot hold it (e.g. below SnapKV's window or razor's retrieval groups).
-template <class T>
-policy_run run_policy(const policy& p, const eval_prompt<T>& prompt, const memory_budget& budget,
+template <class P, class T>
+policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_budget& budget,
                       const run_options& options = {}) {
+  static_assert(is_policy_v<P>, "razorkv::run_policy: P does not satisfy the policy contract");
   using clock = std::chrono::steady_clock;
   const model_shape& shape = prompt.shape();
   policy_run run;
-  run.policy = p.name;
+  run.policy = std::string(p.name);
   run.budget_entries = entries_per_head(budget, shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
   run.full_kv_bytes = full_kv_bytes(shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
 
+  // Compression time includes each attention score once, whether this run computed it or an
+  // earlier run on the prompt did (then its recorded cost is credited).
   double memo_credit = 0;
+  const prompt_kv<T> input =
+      prompt.policy_input(options.parallel_for, [&memo_credit](double credit) { memo_credit += credit; });
   const auto start = clock::now();
-  policy_cache<T> cache = detail::compress_prompt(p, prompt, run.budget_entries, options, memo_credit);
+  auto cache = p.compress(input, run.budget_entries);
   run.compress_seconds = std::chrono::duration<double>(clock::now() - start).count() + memo_credit;
-  std::visit([&](const auto& c) { run.kv_bytes = held_kv_bytes(c); }, cache);
+  run.kv_bytes = held_kv_bytes(cache);
 
   const index_t steps = prompt.decode_steps(), heads = shape.num_query_heads, dim = shape.head_dim;
   run.outputs.assign(static_cast<std::size_t>(shape.num_layers), std::vector<float>(static_cast<std::size_t>(steps * heads * dim)));
   std::vector<double> step_seconds;
   attention_options attention;
   attention.parallel_for = options.parallel_for;
-  std::visit(
-      [&](auto& c) {
-        for (index_t s = 0; s < steps; ++s) {
-          const index_t t = prompt.prompt_tokens() + s;
-          double seconds = 0;
-          for (index_t l = 0; l < shape.num_layers; ++l) {
-            const layer_sequence<T>& seq = prompt.layer(l);
-            c.append(l, seq.keys.middle_tokens(t, 1), seq.values.middle_tokens(t, 1));
-            const matrix_view<const T> query = seq.queries.token(t);
-            const matrix_view<float> out(run.outputs[static_cast<std::size_t>(l)].data() + s * heads * dim, heads, dim);
-            const auto begin = clock::now();
-            decode_attention(c, l, query, out, attention);
-            seconds += std::chrono::duration<double>(clock::now() - begin).count();
-            observe_decode(c, l, seq.queries.middle_tokens(t, 1));
-          }
-          step_seconds.push_back(seconds);
-        }
-      },
-      cache);
+  for (index_t s = 0; s < steps; ++s) {
+    const index_t t = prompt.prompt_tokens() + s;
+    double seconds = 0;
+    for (index_t l = 0; l < shape.num_layers; ++l) {
+      const layer_sequence<T>& seq = prompt.layer(l);
+      cache.append(l, seq.keys.middle_tokens(t, 1), seq.values.middle_tokens(t, 1));
+      const matrix_view<const T> query = seq.queries.token(t);
+      const matrix_view<float> out(run.outputs[static_cast<std::size_t>(l)].data() + s * heads * dim, heads, dim);
+      const auto begin = clock::now();
+      decode_attention(cache, l, query, out, attention);
+      seconds += std::chrono::duration<double>(clock::now() - begin).count();
+      observe_decode(cache, l, seq.queries.middle_tokens(t, 1));
+    }
+    step_seconds.push_back(seconds);
+  }
   if (!step_seconds.empty()) {
     std::nth_element(step_seconds.begin(), step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2),
                      step_seconds.end());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/observed_attention.hpp"
+#include "razorkv/policies/policy.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -345,5 +347,32 @@ class h2o_kv_cache {
 };
 
 static_assert(is_kv_cache_v<h2o_kv_cache<float>>, "h2o_kv_cache must satisfy the KV-cache contract");
+
+/// H2O as a policy (see the policy contract): the prompt's last `observed_queries` queries (0:
+/// all of them, as H2O does; the prompt_kv must hold them) rank the prompt, and the cache keeps
+/// re-ranking during decode through observe_decode.
+struct h2o_policy {
+  std::string name = "h2o";
+  h2o_config config;
+  index_t observed_queries = 0;
+
+  h2o_policy() = default;
+  explicit h2o_policy(const h2o_config& h2o, index_t observed = 0) : config(h2o), observed_queries(observed) {}
+
+  template <class T>
+  h2o_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
+    const model_shape& shape = prompt.shape();
+    const index_t tokens = prompt.tokens();
+    const index_t queries = observed_queries > 0 ? observed_queries : tokens;
+    RAZORKV_CHECK(observed_queries >= 0 && queries <= tokens, kInvalidArgument, "h2o_policy: observed_queries (",
+                  observed_queries, ") must be in [0, ", tokens, "], the prompt's tokens");
+    h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget_entries, config);
+    for (index_t l = 0; l < shape.num_layers; ++l) {
+      cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values,
+                           prompt.observed(l, queries, "h2o_policy: observed_queries"));
+    }
+    return cache;
+  }
+};
 
 RAZORKV_END_NAMESPACE

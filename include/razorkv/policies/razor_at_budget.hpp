@@ -1,14 +1,18 @@
 // razorkv/policies/razor_at_budget.hpp: RazorAttention sized to a memory budget instead of by
-// S0 and C: the window that makes a plan's cache fit, for comparisons at equal memory.
+// S0 and C (the window that makes a plan's cache fit), and razor_policy, which uses it.
 #pragma once
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
+#include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/policies/policy.hpp"
 #include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -46,5 +50,27 @@ inline razor_config razor_config_for_budget(const head_plan& plan, index_t token
   base.fixed_window = (total - full) / others - overhead;
   return base;
 }
+
+/// RazorAttention as a policy (see the policy contract): `plan`'s retrieval groups keep every
+/// token, the others sinks, a compensation token and the window that fills the budget
+/// (razor_config_for_budget); `config` gives the sinks and the compensation and decode modes.
+struct razor_policy {
+  std::string name;
+  head_plan plan;
+  razor_config config;
+
+  razor_policy(std::string policy_name, head_plan retrieval_plan, const razor_config& base = {})
+      : name(std::move(policy_name)), plan(std::move(retrieval_plan)), config(base) {}
+
+  template <class T>
+  razor_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
+    plan.validate_against(prompt.shape());
+    razor_kv_cache<T> cache(plan, razor_config_for_budget(plan, prompt.tokens(), budget_entries, config));
+    for (index_t l = 0; l < prompt.shape().num_layers; ++l) {
+      cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, prompt.parallel_for);
+    }
+    return cache;
+  }
+};
 
 RAZORKV_END_NAMESPACE

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/observed_attention.hpp"
+#include "razorkv/policies/policy.hpp"
 #include "razorkv/policies/selected_cache.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -100,5 +102,32 @@ void snapkv_compress_layer(selected_kv_cache<T>& cache, index_t layer, layer_vie
   }
   cache.compress_layer(layer, keys, values, keep);
 }
+
+/// SnapKV as a policy (see the policy contract): the prompt's last `config.window` queries
+/// (which the prompt_kv must hold) pick each kv head's positions.
+struct snapkv_policy {
+  std::string name = "snapkv";
+  snapkv_config config;
+
+  snapkv_policy() = default;
+  explicit snapkv_policy(const snapkv_config& snapkv) : config(snapkv) {}
+
+  template <class T>
+  selected_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
+    const model_shape& shape = prompt.shape();
+    const index_t tokens = prompt.tokens();
+    check_snapkv(config, tokens, budget_entries, "snapkv_policy");
+    selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
+    for (index_t l = 0; l < shape.num_layers; ++l) {
+      const attention_mass votes = prompt.observed(l, config.window, "snapkv_policy: window");
+      std::vector<std::vector<index_t>> keep;
+      for (index_t h = 0; h < shape.num_kv_heads; ++h) {
+        keep.push_back(snapkv_positions(votes.head(h), tokens, budget_entries, config));
+      }
+      cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, keep);
+    }
+    return cache;
+  }
+};
 
 RAZORKV_END_NAMESPACE

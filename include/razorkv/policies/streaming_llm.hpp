@@ -2,11 +2,14 @@
 // head keeps the first `sinks` tokens and a sliding recent window, nothing else.
 #pragma once
 
+#include <string>
+
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/policies/policy.hpp"
 #include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -35,5 +38,24 @@ razor_kv_cache<T> make_streaming_llm_cache(const model_shape& shape, index_t bud
   no_retrieval.selection().method = "streaming_llm";
   return razor_kv_cache<T>(std::move(no_retrieval), streaming_llm_config(budget_entries, sinks));
 }
+
+/// StreamingLLM as a policy (see the policy contract): every head keeps `sinks` and the
+/// largest window the budget allows.
+struct streaming_llm_policy {
+  std::string name = "streaming_llm";
+  index_t sinks = 4;
+
+  streaming_llm_policy() = default;
+  explicit streaming_llm_policy(index_t sink_tokens) : sinks(sink_tokens) {}
+
+  template <class T>
+  razor_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
+    razor_kv_cache<T> cache = make_streaming_llm_cache<T>(prompt.shape(), budget_entries, sinks);
+    for (index_t l = 0; l < prompt.shape().num_layers; ++l) {
+      cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, prompt.parallel_for);
+    }
+    return cache;
+  }
+};
 
 RAZORKV_END_NAMESPACE

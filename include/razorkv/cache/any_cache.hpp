@@ -1,0 +1,127 @@
+// razorkv/cache/any_cache.hpp: any_kv_cache<T>, one type for a cache of any policy (dense,
+// razor, selected, H2O, an engine's own), so that sequences under different policies batch.
+#pragma once
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// Owns a cache of any type that satisfies the KV-cache contract, and is itself a KV cache: it
+/// forwards the contract (and observe, for caches that learn during decode) through one virtual
+/// call each. Decode reads a span per (kv head, span) per step, so the indirection costs nothing
+/// next to the attention itself. Copies are deep; a moved-from any_kv_cache is empty, and
+/// every member but empty() and the assignments then throws.
+template <class T>
+class any_kv_cache {
+  static_assert(is_storage_dtype_v<T>, "razorkv::any_kv_cache: unsupported storage dtype");
+
+ public:
+  using value_type = T;
+
+  template <class Cache, class = std::enable_if_t<!std::is_same_v<std::decay_t<Cache>, any_kv_cache>>>
+  any_kv_cache(Cache&& cache)  // NOLINT(google-explicit-constructor): a cache is an any_kv_cache
+      : held_(std::make_unique<model<std::decay_t<Cache>>>(std::forward<Cache>(cache))) {
+    static_assert(is_kv_cache_v<std::decay_t<Cache>>, "razorkv::any_kv_cache: not a KV cache");
+    static_assert(std::is_same_v<typename std::decay_t<Cache>::value_type, T>,
+                  "razorkv::any_kv_cache<T>: the cache stores another dtype");
+  }
+  any_kv_cache(const any_kv_cache& other) : held_(other.held_ ? other.held_->clone() : nullptr) {}
+  any_kv_cache(any_kv_cache&&) noexcept = default;
+  any_kv_cache& operator=(const any_kv_cache& other) {
+    if (this != &other) held_ = other.held_ ? other.held_->clone() : nullptr;
+    return *this;
+  }
+  any_kv_cache& operator=(any_kv_cache&&) noexcept = default;
+  ~any_kv_cache() = default;
+
+  bool empty() const noexcept { return held_ == nullptr; }
+
+  index_t num_layers() const { return get().num_layers(); }
+  index_t num_kv_heads() const { return get().num_kv_heads(); }
+  index_t head_dim() const { return get().head_dim(); }
+  index_t num_spans(index_t layer, index_t kv_head) const { return get().num_spans(layer, kv_head); }
+  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const { return get().span(layer, kv_head, i); }
+  void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
+    get().append(layer, keys, values);
+  }
+  /// Forwards to the held cache's observe when it has one (observe_decode's hook). Queries in
+  /// T or float (an engine's usual query dtype) are accepted, so that no query is dropped
+  /// silently for lack of an overload.
+  void observe(index_t layer, layer_view<const T> queries) { get().observe_as_stored(layer, queries); }
+  template <class U = T, class = std::enable_if_t<!std::is_same_v<U, float>>>
+  void observe(index_t layer, layer_view<const float> queries) {
+    get().observe_as_float(layer, queries);
+  }
+
+  /// K and V bytes held (held_kv_bytes).
+  index_t kv_bytes() const { return held_kv_bytes(*this); }
+
+  /// The held cache when it is a Cache, else null (as std::function::target).
+  template <class Cache>
+  const Cache* target() const noexcept {
+    const auto* typed = dynamic_cast<const model<Cache>*>(held_.get());
+    return typed ? &typed->cache : nullptr;
+  }
+  template <class Cache>
+  Cache* target() noexcept {
+    auto* typed = dynamic_cast<model<Cache>*>(held_.get());
+    return typed ? &typed->cache : nullptr;
+  }
+
+ private:
+  struct interface {
+    virtual ~interface() = default;
+    virtual std::unique_ptr<interface> clone() const = 0;
+    virtual index_t num_layers() const = 0;
+    virtual index_t num_kv_heads() const = 0;
+    virtual index_t head_dim() const = 0;
+    virtual index_t num_spans(index_t layer, index_t kv_head) const = 0;
+    virtual kv_span<T> span(index_t layer, index_t kv_head, index_t i) const = 0;
+    virtual void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) = 0;
+    virtual void observe_as_stored(index_t layer, layer_view<const T> queries) = 0;
+    virtual void observe_as_float(index_t layer, layer_view<const float> queries) = 0;
+  };
+
+  template <class Cache>
+  struct model final : interface {
+    template <class C>
+    explicit model(C&& c) : cache(std::forward<C>(c)) {}
+    std::unique_ptr<interface> clone() const override { return std::make_unique<model>(cache); }
+    index_t num_layers() const override { return cache.num_layers(); }
+    index_t num_kv_heads() const override { return cache.num_kv_heads(); }
+    index_t head_dim() const override { return cache.head_dim(); }
+    index_t num_spans(index_t layer, index_t kv_head) const override { return cache.num_spans(layer, kv_head); }
+    kv_span<T> span(index_t layer, index_t kv_head, index_t i) const override {
+      return cache.span(layer, kv_head, i);
+    }
+    void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) override {
+      cache.append(layer, keys, values);
+    }
+    void observe_as_stored(index_t layer, layer_view<const T> queries) override {
+      observe_decode(cache, layer, queries);
+    }
+    void observe_as_float(index_t layer, layer_view<const float> queries) override {
+      observe_decode(cache, layer, queries);
+    }
+    Cache cache;
+  };
+
+  interface& get() const {
+    RAZORKV_CHECK(held_ != nullptr, kInvalidArgument, "any_kv_cache: the cache is empty (moved from)");
+    return *held_;
+  }
+
+  std::unique_ptr<interface> held_;
+};
+
+static_assert(is_kv_cache_v<any_kv_cache<float>>, "any_kv_cache must satisfy the KV-cache contract");
+
+RAZORKV_END_NAMESPACE

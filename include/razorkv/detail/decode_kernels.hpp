@@ -1,0 +1,327 @@
+// razorkv/detail/decode_kernels.hpp: the decode micro-kernels (scores of a key block, value
+// accumulation, row widening, prefetch) and attend_head, the online softmax over one kv head.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/simd.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+namespace detail {
+
+// Rows of K/V per online-softmax step. The kernel reads a block of K, then the same block of
+// V: 64 rows (32 KB of float K at dim 128) per stream switch keep the hardware prefetchers
+// streaming, and amortise the accumulator rescale and the vectorised exp.
+inline constexpr index_t kBlockRows = 64;
+// 16-bit rows are widened to float this many at a time, so the scratch stays in L1.
+inline constexpr index_t kWidenRows = 16;
+
+// scores[q * kBlockRows + r] = queries[q] . keys[r] for q < kQ, r < kRows. One load of each
+// key vector feeds all kQ queries (the GQA group), which is what keeps decode memory-bound;
+// kQ * kRows independent accumulators keep the FMA pipes busy.
+template <class Acc, class S, int kQ, int kRows, int kDim>
+inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTRICT keys,
+                     index_t key_stride, index_t runtime_dim, Acc* RAZORKV_RESTRICT scores) noexcept {
+  constexpr int kW = simd_lanes<Acc>;
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+  const index_t vector_end = (dim / kW) * kW;
+  simd_t<Acc> acc[kQ][kRows];
+  for (int q = 0; q < kQ; ++q) {
+    for (int r = 0; r < kRows; ++r) acc[q][r] = simd_zero<Acc>();
+  }
+  for (index_t c = 0; c < vector_end; c += kW) {
+    simd_t<Acc> key[kRows];
+    for (int r = 0; r < kRows; ++r) key[r] = simd_load_as<Acc>(keys + r * key_stride + c);
+    for (int q = 0; q < kQ; ++q) {
+      const simd_t<Acc> query = simd_load(queries + q * dim + c);
+      for (int r = 0; r < kRows; ++r) acc[q][r] += query * key[r];
+    }
+  }
+  for (int q = 0; q < kQ; ++q) {
+    for (int r = 0; r < kRows; ++r) {
+      Acc sum = simd_sum<Acc>(acc[q][r]);
+      for (index_t c = vector_end; c < dim; ++c) sum += queries[q * dim + c] * static_cast<Acc>(keys[r * key_stride + c]);
+      scores[q * kBlockRows + r] = sum;
+    }
+  }
+}
+
+// Register budget of the target (vector registers), and the largest power of two <= n
+// within [1, cap]: used to size the register blocks below so they never spill.
+inline constexpr int kVectorRegisters = kVectorBytes == 64 ? 32 : 16;
+constexpr int pow2_floor(int n, int cap) {
+  int p = 1;
+  while (p * 2 <= n && p * 2 <= cap) p *= 2;
+  return p;
+}
+
+// Key rows per dot_rows call: kQ * kRows accumulators + kRows keys + 1 query in registers.
+// Capped at 2: measured on AVX-512 (Zen 5), 4 rows x 4 queries is 1.5x slower than 2 x 4.
+template <int kQ>
+inline constexpr int kDotRows = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 2);
+
+// Value vectors per accumulate step: kQ * kColumns accumulators + kColumns values + 1 weight.
+template <int kQ>
+inline constexpr int kValueColumns = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 4);
+
+// out[q] += sum_r weights[q * kBlockRows + r] * values[r] for r < rows, q < kQ. Each value
+// vector is loaded once for all kQ queries, and kQ x kColumns accumulators stay in registers
+// across the rows, so each weight is broadcast once per kColumns vectors.
+template <class Acc, class S, int kQ, int kDim>
+inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZORKV_RESTRICT values,
+                              index_t value_stride, index_t rows, index_t runtime_dim,
+                              Acc* RAZORKV_RESTRICT out) noexcept {
+  constexpr int kW = simd_lanes<Acc>;
+  constexpr int kC = kValueColumns<kQ>;
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+  const index_t vector_end = (dim / kW) * kW;
+  index_t c = 0;
+  for (; c + kC * kW <= vector_end; c += kC * kW) {
+    simd_t<Acc> acc[kQ][kC];
+    for (int q = 0; q < kQ; ++q) {
+      for (int j = 0; j < kC; ++j) acc[q][j] = simd_load(out + q * dim + c + j * kW);
+    }
+    for (index_t r = 0; r < rows; ++r) {
+      simd_t<Acc> v[kC];
+      for (int j = 0; j < kC; ++j) v[j] = simd_load_as<Acc>(values + r * value_stride + c + j * kW);
+      for (int q = 0; q < kQ; ++q) {
+        const simd_t<Acc> w = simd_broadcast(weights[q * kBlockRows + r]);
+        for (int j = 0; j < kC; ++j) acc[q][j] += w * v[j];
+      }
+    }
+    for (int q = 0; q < kQ; ++q) {
+      for (int j = 0; j < kC; ++j) simd_store(out + q * dim + c + j * kW, acc[q][j]);
+    }
+  }
+  for (; c < vector_end; c += kW) {
+    simd_t<Acc> acc[kQ];
+    for (int q = 0; q < kQ; ++q) acc[q] = simd_load(out + q * dim + c);
+    for (index_t r = 0; r < rows; ++r) {
+      const simd_t<Acc> v = simd_load_as<Acc>(values + r * value_stride + c);
+      for (int q = 0; q < kQ; ++q) acc[q] += simd_broadcast(weights[q * kBlockRows + r]) * v;
+    }
+    for (int q = 0; q < kQ; ++q) simd_store(out + q * dim + c, acc[q]);
+  }
+  for (; c < dim; ++c) {
+    for (int q = 0; q < kQ; ++q) {
+      Acc sum = out[q * dim + c];
+      for (index_t r = 0; r < rows; ++r) sum += weights[q * kBlockRows + r] * static_cast<Acc>(values[r * value_stride + c]);
+      out[q * dim + c] = sum;
+    }
+  }
+}
+
+// The element type the kernels read a block's rows as: the stored type itself where a vector
+// load widens in registers (float and double need none, bfloat16 is a shift, half has an
+// instruction on AVX-512F and F16C), else float rows widened into a scratch buffer. Widening
+// in registers saves a store and a reload per element: 1.5x on bfloat16 decode (Zen 5, 2 threads).
+template <class T>
+using kernel_row_t = std::conditional_t<std::is_same_v<T, Eigen::half> && !kHalfInRegisters, float, T>;
+
+// Rows [first, first + rows) of `view` as kernel rows: in place, or widened into `scratch`
+// ([kWidenRows, dim]). Returns the row pointer and sets `stride`.
+template <class T>
+inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index_t first, index_t rows,
+                                         accum_t<T>* scratch, index_t& stride) noexcept {
+  if constexpr (std::is_same_v<T, kernel_row_t<T>>) {
+    (void)rows;
+    (void)scratch;
+    stride = view.row_stride();
+    return view.data() + first * view.row_stride();
+  } else {
+    const index_t dim = view.cols();
+    for (index_t r = 0; r < rows; ++r) widen_row(view.row(first + r), scratch + r * dim, dim);
+    stride = dim;
+    return scratch;
+  }
+}
+
+// Software prefetch distance, in bytes of one stream (K or V). The hardware prefetchers alone
+// leave the kernel latency-bound: measured on Zen 5 with 2 threads, float, 64K tokens, decode
+// went from 24-28 GB/s without to 34-37 GB/s with 8-16 KB of look-ahead.
+inline constexpr index_t kPrefetchBytes = 16 * 1024;
+
+// Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
+template <class T>
+inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index_t count) noexcept {
+  const index_t last = std::min(first + count, view.rows());
+  const index_t row_bytes = view.cols() * static_cast<index_t>(sizeof(T));
+  for (index_t r = first; r < last; ++r) {
+    const char* row = reinterpret_cast<const char*>(view.data() + r * view.row_stride());
+    for (index_t b = 0; b < row_bytes; b += 64) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+      // GCC 12 deletes __builtin_prefetch in this loop (seen in its assembly); asm stays.
+      asm volatile("prefetcht0 %0" : : "m"(*(row + b)));
+#elif defined(__GNUC__) || defined(__clang__)
+      __builtin_prefetch(row + b, 0, 3);
+#endif
+    }
+  }
+}
+
+/// The decode kernel for kQ query vectors that read the same kv head. queries are already
+/// multiplied by the softmax scale. Query q reads the first visible[q] entries of the head
+/// (the concatenation of its spans). Writes the normalised attention output to out.
+///
+/// \param spans   [num_spans] the head's spans, validated by the caller
+/// \param queries [kQ, dim] scaled queries
+/// \param visible [kQ] entries each query may read, each in [1, total entries]
+/// \param out     [kQ, dim] result
+/// \param scratch [2 * kWidenRows * dim] widened K and V rows (half only; else unused)
+/// \param range   [begin, end): the entries this call reads (all of them, or one task's run)
+/// \param maybe_partial_max, partial_denominator  [kQ] each: when non-null, out is left
+///                un-normalised and the running max and denominator are stored for a merge
+template <class T, int kQ, int kDim>
+void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim,
+                 const accum_t<T>* RAZORKV_RESTRICT queries, const index_t* visible,
+                 accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch,
+                 index_t range_begin, index_t range_end, accum_t<T>* maybe_partial_max,
+                 accum_t<T>* partial_denominator) {
+  using Acc = accum_t<T>;
+  using score_block = Eigen::Array<Acc, kBlockRows, 1>;
+  constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  const index_t dim = kDim > 0 ? kDim : runtime_dim;
+
+  Acc running_max[kQ];
+  Acc denominator[kQ];
+  index_t max_visible = 0;
+  for (int q = 0; q < kQ; ++q) {
+    running_max[q] = kNegInf;
+    denominator[q] = Acc(0);
+    max_visible = std::max(max_visible, visible[q]);
+  }
+  max_visible = std::min(max_visible, range_end);
+  std::fill(out, out + kQ * dim, Acc(0));
+
+  alignas(64) Acc weights[kQ * kBlockRows];
+  Acc* key_scratch = scratch;
+  Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
+  index_t span_first_entry = 0;
+  const index_t prefetch_ahead =
+      std::max<index_t>(1, kPrefetchBytes / (dim * static_cast<index_t>(sizeof(T))));
+
+  for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
+    const kv_span<T>& span = spans[s];
+    const Acc log_weight = static_cast<Acc>(span.log_weight);
+    const index_t length = span.length();
+    for (index_t first = std::max<index_t>(0, range_begin - span_first_entry);
+         first < length && span_first_entry + first < max_visible; first += kBlockRows) {
+      const index_t block_entry = span_first_entry + first;
+      const index_t rows = std::min({kBlockRows, length - first, range_end - block_entry});
+
+      // Scores for the whole block, widening at most kWidenRows rows at a time.
+      for (index_t sub = 0; sub < rows; sub += kWidenRows) {
+        const index_t sub_rows = std::min(kWidenRows, rows - sub);
+        index_t key_stride = 0;
+        const kernel_row_t<T>* keys = block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
+        constexpr int kRows = kDotRows<kQ>;
+        index_t r = 0;
+        for (; r + kRows <= sub_rows; r += kRows) {
+          prefetch_rows(span.keys, first + sub + r + prefetch_ahead, kRows);
+          prefetch_rows(span.values, first + sub + r + prefetch_ahead, kRows);
+          dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + sub + r);
+        }
+        for (; r < sub_rows; ++r) {
+          dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + sub + r);
+        }
+      }
+
+      bool any_weight = false;
+      for (int q = 0; q < kQ; ++q) {
+        Acc* w = weights + q * kBlockRows;
+        // Entries this query may read in this block; the rest (padding past `rows`, and
+        // entries newer than the query under the causal mask) get weight exactly 0.
+        const index_t readable = std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
+        Eigen::Map<score_block, Eigen::Aligned16> block(w);
+        Acc block_max = kNegInf;
+        if (readable == kBlockRows) {
+          block += log_weight;
+          block_max = block.maxCoeff();
+        } else if (readable == 0) {
+          block.setZero();
+          continue;
+        } else {
+          for (index_t r = 0; r < readable; ++r) {
+            w[r] += log_weight;
+            block_max = std::max(block_max, w[r]);
+          }
+          // Unread slots get a finite placeholder so that exp() never sees an unset value;
+          // their weight is zeroed right after.
+          std::fill(w + readable, w + kBlockRows, block_max);
+        }
+        if (block_max > running_max[q]) {
+          // exp(-inf) == 0 clears the (still empty) accumulators on the first block.
+          const Acc rescale = std::exp(running_max[q] - block_max);
+          if (rescale != Acc(1)) {
+            denominator[q] *= rescale;
+            for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= rescale;
+          }
+          running_max[q] = block_max;
+        }
+        block = (block - running_max[q]).exp();
+        for (index_t r = readable; r < kBlockRows; ++r) w[r] = Acc(0);
+        denominator[q] += block.sum();
+        any_weight = true;
+      }
+      if (!any_weight) continue;
+
+      for (index_t sub = 0; sub < rows; sub += kWidenRows) {
+        const index_t sub_rows = std::min(kWidenRows, rows - sub);
+        index_t value_stride = 0;
+        const kernel_row_t<T>* values = block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
+        accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + sub, values, value_stride, sub_rows, dim, out);
+      }
+    }
+    span_first_entry += length;
+  }
+
+  if (maybe_partial_max != nullptr) {
+    for (int q = 0; q < kQ; ++q) {
+      maybe_partial_max[q] = running_max[q];
+      partial_denominator[q] = denominator[q];
+    }
+    return;
+  }
+  for (int q = 0; q < kQ; ++q) {
+    RAZORKV_DASSERT(denominator[q] > Acc(0) || std::isnan(denominator[q]));
+    const Acc inverse = Acc(1) / denominator[q];
+    for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= inverse;
+  }
+}
+
+// Separately compiled kernels. attend_head is instantiated for every storage dtype, pass
+// width and specialised head dim: 96 functions whose code generation is most of what a
+// translation unit that calls decode costs to compile. A build that defines
+// RAZORKV_SEPARATE_KERNELS (the razorkv::kernels target does, for whoever links it) declares
+// them here and compiles them once, in src/decode_kernels.cpp; any other build instantiates them
+// where they are used, as a header-only library does.
+#define RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D)                                                   \
+  void attend_head<T, Q, D>(const kv_span<T>*, index_t, index_t, const accum_t<T>*, const index_t*, \
+                            accum_t<T>*, accum_t<T>*, index_t, index_t, accum_t<T>*, accum_t<T>*)
+#define RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, Q) X(T, Q, 0) X(T, Q, 64) X(T, Q, 80) X(T, Q, 96) X(T, Q, 128) X(T, Q, 256)
+#define RAZORKV_DECODE_KERNELS_OF_TYPE(X, T)                                                        \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 1) RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 2)                \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 4) RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 8)
+/// Calls X(T, width, dim) for every kernel dispatch_head_dim and dispatch_pow2_upto8 can select.
+#define RAZORKV_FOR_EACH_DECODE_KERNEL(X)                                                           \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, float) RAZORKV_DECODE_KERNELS_OF_TYPE(X, double)               \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::half) RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::bfloat16)
+
+#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
+#define RAZORKV_DECLARE_DECODE_KERNEL(T, Q, D) extern template RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D);
+RAZORKV_FOR_EACH_DECODE_KERNEL(RAZORKV_DECLARE_DECODE_KERNEL)
+#undef RAZORKV_DECLARE_DECODE_KERNEL
+#endif
+
+}  // namespace detail
+RAZORKV_END_NAMESPACE

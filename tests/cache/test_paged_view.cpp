@@ -1,0 +1,222 @@
+// Tests of paged_kv_view, the read-only source over an engine's page pools: decode over shuffled
+// NHD and HND pages agrees with the reference and with a dense cache of the same tokens, a razor
+// cache compressed from the pages equals one compressed from the dense prefill, and bad tables
+// and pools are errors naming the argument.
+#include <gtest/gtest.h>
+
+#include <razorkv/attention/decode.hpp>
+#include <razorkv/attention/reference.hpp>
+#include <razorkv/cache/dense_cache.hpp>
+#include <razorkv/cache/paged_view.hpp>
+#include <razorkv/compress/razor_cache.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "support/expect_error.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using razorkv::index_t;
+using razorkv::layer_view;
+using razorkv::page_pool_view;
+using razorkv::paged_kv_view;
+
+// A sequence written into the pages of per-layer pools in a shuffled order, with every page
+// the sequence does not use poisoned with NaN (which decode must never read), next to the same
+// tokens as contiguous NHD buffers.
+template <class T>
+struct paged_sequence {
+  index_t layers, kv_heads, dim, page_size, tokens, pool_pages;
+  bool hnd;
+  std::vector<std::vector<T>> dense_keys, dense_values;  // [layer][tokens * kv_heads * dim], NHD
+  std::vector<std::vector<T>> pool_keys, pool_values;    // [layer][pool_pages * page_size * kv_heads * dim]
+  std::vector<std::int32_t> table;
+  std::vector<page_pool_view<const T>> key_pools, value_pools;
+
+  paged_sequence(index_t layers_, index_t kv_heads_, index_t dim_, index_t page_size_, index_t tokens_,
+                 bool hnd_, std::mt19937_64& rng)
+      : layers(layers_), kv_heads(kv_heads_), dim(dim_), page_size(page_size_), tokens(tokens_), hnd(hnd_) {
+    const index_t used = (tokens + page_size - 1) / page_size;
+    pool_pages = used + 3;
+    std::vector<std::int32_t> pages(static_cast<std::size_t>(pool_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    table.assign(pages.begin(), pages.begin() + used);
+    const auto page_elements = static_cast<std::size_t>(page_size * kv_heads * dim);
+    for (index_t l = 0; l < layers; ++l) {
+      const auto n = static_cast<std::size_t>(tokens * kv_heads * dim);
+      dense_keys.push_back(razorkv_test::random_values<T>(n, rng));
+      dense_values.push_back(razorkv_test::random_values<T>(n, rng));
+      const T poison = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+      pool_keys.emplace_back(page_elements * static_cast<std::size_t>(pool_pages), poison);
+      pool_values.emplace_back(page_elements * static_cast<std::size_t>(pool_pages), poison);
+      key_pools.push_back(pool(pool_keys.back().data()));
+      value_pools.push_back(pool(pool_values.back().data()));
+      for (index_t t = 0; t < tokens; ++t) {
+        const std::int32_t page = table[static_cast<std::size_t>(t / page_size)];
+        for (index_t h = 0; h < kv_heads; ++h) {
+          for (index_t c = 0; c < dim; ++c) {
+            const auto from = static_cast<std::size_t>((t * kv_heads + h) * dim + c);
+            const auto to = static_cast<std::size_t>(element(page, t % page_size, h) + c);
+            pool_keys.back()[to] = dense_keys.back()[from];
+            pool_values.back()[to] = dense_values.back()[from];
+          }
+        }
+      }
+    }
+  }
+
+  page_pool_view<const T> pool(const T* data) const {
+    return hnd ? page_pool_view<const T>::hnd(data, pool_pages, page_size, kv_heads, dim)
+               : page_pool_view<const T>::nhd(data, pool_pages, page_size, kv_heads, dim);
+  }
+  index_t element(index_t page, index_t t, index_t h) const {
+    return page * page_size * kv_heads * dim + (hnd ? (h * page_size + t) * dim : (t * kv_heads + h) * dim);
+  }
+  paged_kv_view<T> view() const {
+    return paged_kv_view<T>(key_pools.data(), value_pools.data(), layers, table.data(),
+                            static_cast<index_t>(table.size()), tokens);
+  }
+  layer_view<const T> keys(index_t l) const {
+    return layer_view<const T>::nhd(dense_keys[static_cast<std::size_t>(l)].data(), tokens, kv_heads, dim);
+  }
+  layer_view<const T> values(index_t l) const {
+    return layer_view<const T>::nhd(dense_values[static_cast<std::size_t>(l)].data(), tokens, kv_heads, dim);
+  }
+  razorkv::dense_kv_cache<T> dense() const {
+    razorkv::dense_kv_cache<T> cache(layers, kv_heads, dim, tokens);
+    for (index_t l = 0; l < layers; ++l) cache.append(l, keys(l), values(l));
+    return cache;
+  }
+};
+
+template <class T>
+class PagedViewTest : public ::testing::Test {};
+TYPED_TEST_SUITE(PagedViewTest, razorkv_test::storage_dtypes);
+
+TYPED_TEST(PagedViewTest, DecodeReadsShuffledPagesAsTheDenseSequence) {
+  using T = TypeParam;
+  std::mt19937_64 rng(41);
+  // (kv heads, dim, page size, tokens): a partial last page, one-token pages, a single page,
+  // an odd dim the kernels do not specialise.
+  const index_t shapes[][4] = {{2, 64, 16, 100}, {1, 20, 1, 9}, {4, 128, 32, 32}, {2, 80, 7, 50}};
+  for (const bool hnd : {false, true}) {
+    for (const auto& shape : shapes) {
+      const index_t kv_heads = shape[0], dim = shape[1], query_heads = kv_heads * 2;
+      const paged_sequence<T> seq(2, kv_heads, dim, shape[2], shape[3], hnd, rng);
+      const paged_kv_view<T> paged = seq.view();
+      const razorkv::dense_kv_cache<T> dense = seq.dense();
+      EXPECT_EQ(razorkv::held_kv_bytes(paged), razorkv::held_kv_bytes(dense));
+      for (index_t layer = 0; layer < 2; ++layer) {
+        const std::vector<float> queries = razorkv_test::random_values<float>(
+            static_cast<std::size_t>(query_heads * dim), rng);
+        const razorkv::matrix_view<const float> q(queries.data(), query_heads, dim);
+        std::vector<float> from_pages(queries.size()), from_dense(queries.size());
+        razorkv::decode_attention(paged, layer, q, razorkv::matrix_view<float>(from_pages.data(), query_heads, dim));
+        razorkv::decode_attention(dense, layer, q, razorkv::matrix_view<float>(from_dense.data(), query_heads, dim));
+        const std::vector<double> want = razorkv::reference::decode_attention(dense, layer, q);
+        // The outputs are float whatever the storage dtype.
+        const double tolerance = 64 * razorkv_test::accum_epsilon<float>() * std::sqrt(static_cast<double>(shape[3]));
+        EXPECT_LE(razorkv_test::max_abs_diff(from_pages, want), tolerance)
+            << (hnd ? "HND" : "NHD") << " kv_heads " << kv_heads << " dim " << dim << " page " << shape[2];
+        EXPECT_LE(razorkv_test::max_abs_diff(from_pages, from_dense), tolerance);
+      }
+    }
+  }
+}
+
+TYPED_TEST(PagedViewTest, RazorCompressionFromPagesEqualsCompressionFromTheDensePrefill) {
+  using T = TypeParam;
+  std::mt19937_64 rng(42);
+  for (const bool hnd : {false, true}) {
+    const paged_sequence<T> seq(2, 2, 32, 16, 300, hnd, rng);
+    razorkv::head_plan plan(razorkv::model_shape{2, 4, 2, 32});
+    plan.set_retrieval(1, 0, true);
+    razorkv::razor_config config;
+    config.fixed_window = 40;
+    razorkv::razor_kv_cache<T> from_pages(plan, config), from_dense(plan, config);
+    const paged_kv_view<T> paged = seq.view();
+    for (index_t l = 0; l < 2; ++l) {
+      from_pages.compress_layer(l, paged);
+      from_dense.compress_layer(l, seq.keys(l), seq.values(l));
+    }
+    for (index_t l = 0; l < 2; ++l) {
+      for (index_t h = 0; h < 2; ++h) {
+        ASSERT_EQ(from_pages.num_spans(l, h), from_dense.num_spans(l, h));
+        for (index_t i = 0; i < from_pages.num_spans(l, h); ++i) {
+          const razorkv::kv_span<T> a = from_pages.span(l, h, i), b = from_dense.span(l, h, i);
+          ASSERT_EQ(a.length(), b.length());
+          EXPECT_EQ(a.log_weight, b.log_weight);
+          for (index_t r = 0; r < a.length(); ++r) {
+            for (index_t c = 0; c < 32; ++c) {
+              EXPECT_EQ(razorkv_test::to_double(a.keys(r, c)), razorkv_test::to_double(b.keys(r, c)));
+              EXPECT_EQ(razorkv_test::to_double(a.values(r, c)), razorkv_test::to_double(b.values(r, c)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedView, BadPoolsAndTablesAreErrorsNamingTheArgument) {
+  std::vector<float> memory(4 * 8 * 2 * 16, 0.0f);
+  const auto pool = page_pool_view<const float>::nhd(memory.data(), 4, 8, 2, 16);
+  const page_pool_view<const float> pools[] = {pool, pool};
+  const auto small = page_pool_view<const float>::nhd(memory.data(), 2, 8, 2, 16);
+  const page_pool_view<const float> mixed[] = {pool, small};
+  const auto other_dim = page_pool_view<const float>::nhd(memory.data(), 4, 8, 2, 8);
+  const page_pool_view<const float> mismatched[] = {pool, other_dim};
+  std::vector<std::int32_t> table = {3, 0, 1};
+
+  // 17 tokens fill 3 pages of 8.
+  EXPECT_NO_THROW((paged_kv_view<float>(pools, pools, 2, table.data(), 3, 17)));
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, table.data(), 3, 25)), kShapeMismatch,
+                       "table_pages (3)");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, table.data(), 2, 17)), kShapeMismatch,
+                       "table_pages (2)");
+  table[1] = 4;
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, table.data(), 3, 17)), kOutOfRange,
+                       "page_table[1] (4)");
+  table[1] = -1;
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, table.data(), 3, 17)), kOutOfRange,
+                       "page_table[1] (-1)");
+  table[1] = 3;  // in range for layer 0's pools, not for layer 1's 2-page value pool
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, mixed, 2, table.data(), 3, 17)), kOutOfRange,
+                       "page_table[0] (3)");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, mismatched, 2, table.data(), 3, 17)), kShapeMismatch,
+                       "value_pools[1]");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 0, table.data(), 3, 17)), kInvalidArgument,
+                       "num_layers (0)");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(nullptr, pools, 2, table.data(), 3, 17)), kInvalidArgument,
+                       "key_pools");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, nullptr, 3, 17)), kInvalidArgument, "page_table");
+  RAZORKV_EXPECT_ERROR((page_pool_view<const float>::nhd(memory.data(), 4, 0, 2, 16)), kInvalidArgument,
+                       "page_size (0)");
+  RAZORKV_EXPECT_ERROR((page_pool_view<const float>(memory.data(), 4, 8, 2, 16, 256, 8, 16)), kInvalidArgument,
+                       "token_stride (8)");
+
+  table = {3, 0, 1};
+  const paged_kv_view<float> view(pools, pools, 2, table.data(), 3, 17);
+  EXPECT_EQ(view.span(1, 1, 2).length(), 1);
+  RAZORKV_EXPECT_ERROR(view.span(2, 0, 0), kOutOfRange, "layer (2)");
+  RAZORKV_EXPECT_ERROR(view.span(0, 2, 0), kOutOfRange, "kv_head (2)");
+  RAZORKV_EXPECT_ERROR(view.span(0, 0, 3), kOutOfRange, "span (3)");
+  // Decode rejects what it cannot read, before writing anything.
+  std::vector<float> q(4 * 16, 1.0f), out(4 * 16, 7.0f);
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(view, 2, razorkv::matrix_view<const float>(q.data(), 4, 16),
+                                                 razorkv::matrix_view<float>(out.data(), 4, 16)),
+                       kOutOfRange, "layer (2)");
+  EXPECT_EQ(out[0], 7.0f);
+}
+
+static_assert(razorkv::is_kv_source_v<paged_kv_view<Eigen::half>>);
+static_assert(!razorkv::is_kv_cache_v<paged_kv_view<Eigen::half>>);
+
+}  // namespace
