@@ -108,7 +108,8 @@ const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens) {
   static std::map<index_t, std::unique_ptr<razorkv::razor_kv_cache<T>>> caches;
   auto& slot = caches[tokens];
   if (!slot) {
-    slot = std::make_unique<razorkv::razor_kv_cache<T>>(razorkv::compress_cache(layer_cache<T>(tokens), razor_plan(), {}));
+    slot = std::make_unique<razorkv::razor_kv_cache<T>>(
+        razorkv::compress_cache(layer_cache<T>(tokens), razor_plan(), {}));
   }
   return *slot;
 }
@@ -119,7 +120,8 @@ template <class T>
 void BM_Decode_RazorCache(benchmark::State& state) {
   const auto& cache = razor_cache<T>(state.range(0));
   time_decode(state, cache, cache.kv_bytes());
-  state.counters["dense_over_razor"] = static_cast<double>(cache.dense_kv_bytes()) / static_cast<double>(cache.kv_bytes());
+  state.counters["dense_over_razor"] =
+      static_cast<double>(cache.dense_kv_bytes()) / static_cast<double>(cache.kv_bytes());
 }
 
 // Compression of the prefilled layer into a razor cache, reading the dense cache in place.
@@ -159,12 +161,22 @@ void BM_Compress_RazorCache_FreshAllocation(benchmark::State& state) {
 }
 
 void decode_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens"})->Arg(4096)->Arg(32768)->Arg(131072)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"tokens"})
+      ->Arg(4096)
+      ->Arg(32768)
+      ->Arg(131072)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
 }
 // Long contexts for dense-vs-razor: the paper's window (4000 tokens) is most of a 16K prompt
 // and a fifth of a 64K or 256K one.
 void razor_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens"})->Arg(16384)->Arg(65536)->Arg(262144)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"tokens"})
+      ->Arg(16384)
+      ->Arg(65536)
+      ->Arg(262144)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace
@@ -178,8 +190,15 @@ BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_RazorCache, float)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_RazorCache, Eigen::bfloat16)->Apply(razor_shapes);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, float)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)->Apply(razor_shapes)->Unit(benchmark::kMillisecond);
-
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)
+    ->Apply(razor_shapes)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)
+    ->Apply(razor_shapes)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, float)
+    ->Apply(razor_shapes)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)
+    ->Apply(razor_shapes)
+    ->Unit(benchmark::kMillisecond);

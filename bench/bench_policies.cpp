@@ -45,7 +45,8 @@ const std::vector<T>& prompt_queries() {
 }
 template <class T>
 razorkv::layer_view<const T> last_queries(index_t count) {
-  const auto all = razorkv::layer_view<const T>::nhd(prompt_queries<T>().data(), kH2oObservedQueries, kQueryHeads, kHeadDim);
+  const auto all = razorkv::layer_view<const T>::nhd(prompt_queries<T>().data(),
+                                                     kH2oObservedQueries, kQueryHeads, kHeadDim);
   return all.middle_tokens(kH2oObservedQueries - count, count);
 }
 
@@ -63,12 +64,14 @@ razorkv::any_kv_cache<T> build(const std::string& policy) {
   if (policy == "razor") {  // 1 of the 8 groups keeps every token (12.5%), as in bench_decode
     razorkv::head_plan plan(shape);
     plan.set_retrieval(0, 3, true);
-    razorkv::razor_kv_cache<T> cache(plan, razorkv::razor_config_for_budget(plan, kPromptTokens, budget_entries()));
+    razorkv::razor_kv_cache<T> cache(
+        plan, razorkv::razor_config_for_budget(plan, kPromptTokens, budget_entries()));
     cache.compress_layer(0, keys, values);
     return cache;
   }
   if (policy == "streaming_llm") {
-    razorkv::razor_kv_cache<T> cache = razorkv::make_streaming_llm_cache<T>(shape, budget_entries());
+    razorkv::razor_kv_cache<T> cache =
+        razorkv::make_streaming_llm_cache<T>(shape, budget_entries());
     cache.compress_layer(0, keys, values);
     return cache;
   }
@@ -78,7 +81,8 @@ razorkv::any_kv_cache<T> build(const std::string& policy) {
     return cache;
   }
   razorkv::h2o_kv_cache<T> cache(1, kKvHeads, kHeadDim, budget_entries());
-  cache.compress_layer(0, keys, values, razorkv::observed_attention(last_queries<T>(kH2oObservedQueries), keys));
+  cache.compress_layer(0, keys, values,
+                       razorkv::observed_attention(last_queries<T>(kH2oObservedQueries), keys));
   return cache;
 }
 
@@ -147,17 +151,20 @@ void BM_H2oDecodeStepWithObserve(benchmark::State& state) {
 template <class T>
 void register_policies(const char* dtype) {
   for (const std::string& policy : policy_names()) {
-    benchmark::RegisterBenchmark(("BM_PolicyDecode<" + std::string(dtype) + ">/tokens:32768/" + policy).c_str(),
-                                 BM_PolicyDecode<T>, policy)
+    benchmark::RegisterBenchmark(
+        ("BM_PolicyDecode<" + std::string(dtype) + ">/tokens:32768/" + policy).c_str(),
+        BM_PolicyDecode<T>, policy)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(("BM_PolicyCompress<" + std::string(dtype) + ">/tokens:32768/" + policy).c_str(),
-                                 BM_PolicyCompress<T>, policy)
+    benchmark::RegisterBenchmark(
+        ("BM_PolicyCompress<" + std::string(dtype) + ">/tokens:32768/" + policy).c_str(),
+        BM_PolicyCompress<T>, policy)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark(("BM_H2oDecodeStepWithObserve<" + std::string(dtype) + ">/tokens:32768").c_str(),
-                               BM_H2oDecodeStepWithObserve<T>)
+  benchmark::RegisterBenchmark(
+      ("BM_H2oDecodeStepWithObserve<" + std::string(dtype) + ">/tokens:32768").c_str(),
+      BM_H2oDecodeStepWithObserve<T>)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
 }

@@ -33,11 +33,13 @@ const razorkv::planted_layer& planted() {
     razorkv::planted_layer_config config;
     config.num_kv_heads = kKvHeads;
     config.head_dim = kHeadDim;
-    const razorkv::head_kind kinds[] = {razorkv::head_kind::kEcho, razorkv::head_kind::kInduction,
-                                        razorkv::head_kind::kLocal, razorkv::head_kind::kSink,
-                                        razorkv::head_kind::kLocal, razorkv::head_kind::kPreviousToken,
-                                        razorkv::head_kind::kLocal, razorkv::head_kind::kUniform};
-    for (index_t h = 0; h < kQueryHeads; ++h) config.query_heads.push_back({{{kinds[h % 8], 10.0}}, 0.1});
+    const razorkv::head_kind kinds[] = {
+        razorkv::head_kind::kEcho,  razorkv::head_kind::kInduction,
+        razorkv::head_kind::kLocal, razorkv::head_kind::kSink,
+        razorkv::head_kind::kLocal, razorkv::head_kind::kPreviousToken,
+        razorkv::head_kind::kLocal, razorkv::head_kind::kUniform};
+    for (index_t h = 0; h < kQueryHeads; ++h)
+      config.query_heads.push_back({{{kinds[h % 8], 10.0}}, 0.1});
     return razorkv::make_planted_layer(default_probe(), config);
   }();
   return layer;
@@ -71,8 +73,8 @@ void BM_Scoring_Streaming(benchmark::State& state) {
     auto scores = razorkv::score_from_queries_keys(default_probe(), q, k);
     benchmark::DoNotOptimize(scores.echo.data());
   }
-  state.counters["FLOP/s"] = benchmark::Counter(dense_flops() * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      dense_flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   // High-water mark the scorer added on top of its inputs (valid when run in its own process).
   state.counters["peak_extra_MiB"] = peak_rss_mib() - rss_before;
 }
@@ -83,7 +85,8 @@ void BM_Scoring_EigenSgemm(benchmark::State& state) {
   const auto& layer = planted();
   const index_t length = layer.length, slab = 512;
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  matrix q = matrix::Random(length, kHeadDim), k = matrix::Random(length, kHeadDim), out(slab, length);
+  matrix q = matrix::Random(length, kHeadDim), k = matrix::Random(length, kHeadDim),
+         out(slab, length);
   for (auto _ : state) {
     for (index_t head = 0; head < kQueryHeads; ++head) {
       for (index_t first = 0; first < length; first += slab) {
@@ -93,12 +96,18 @@ void BM_Scoring_EigenSgemm(benchmark::State& state) {
       benchmark::DoNotOptimize(out.data());
     }
   }
-  state.counters["FLOP/s"] = benchmark::Counter(dense_flops() * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      dense_flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 }  // namespace
 
 BENCHMARK(BM_Scoring_EigenSgemm)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
-BENCHMARK_TEMPLATE(BM_Scoring_Streaming, float)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
-BENCHMARK_TEMPLATE(BM_Scoring_Streaming, Eigen::bfloat16)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_Scoring_Streaming, float)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->Iterations(1);
+BENCHMARK_TEMPLATE(BM_Scoring_Streaming, Eigen::bfloat16)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->Iterations(1);

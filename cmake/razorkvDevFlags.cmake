@@ -2,11 +2,14 @@
 # the INTERFACE target razorkv::razorkv never carries warnings, -march or sanitizers.
 
 # razorkv_dev_target(<target> [WARNINGS]): native arch and sanitizers as configured; with
-# WARNINGS also -Wall -Wextra -Wpedantic (and -Werror under RAZORKV_WARNINGS_AS_ERRORS).
+# WARNINGS also -Wall -Wextra -Wpedantic -Wsign-conversion (and -Werror under
+# RAZORKV_WARNINGS_AS_ERRORS). -Wsign-conversion is what the library's index_t -> std::size_t
+# casts are written for: a signed extent reaching an unsigned size unnoticed is how a negative
+# argument turns into a huge allocation.
 function(razorkv_dev_target target)
   cmake_parse_arguments(ARG "WARNINGS" "" "" ${ARGN})
   if(ARG_WARNINGS AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wsign-conversion)
     if(RAZORKV_WARNINGS_AS_ERRORS)
       target_compile_options(${target} PRIVATE -Werror)
     endif()

@@ -49,11 +49,13 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
 
 // The paper's selection over all heads: top 14% by induction union top 1% by echo (exact
 // counts, ties to the lower index). Returns head indices (layer * heads + head).
-std::set<std::size_t> select(const std::vector<double>& echo, const std::vector<double>& induction) {
+std::set<std::size_t> select(const std::vector<double>& echo,
+                             const std::vector<double>& induction) {
   const auto top = [](const std::vector<double>& s, double ratio) {
     std::vector<std::size_t> order(s.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
     order.resize(static_cast<std::size_t>(std::lround(ratio * static_cast<double>(s.size()))));
     return order;
   };
@@ -68,15 +70,16 @@ struct model_scores {
   double seconds = 0;
 };
 
-model_scores score_model(const razorkv::probe& probe, const std::vector<razorkv::planted_layer>& layers,
-                         index_t row_step) {
+model_scores score_model(const razorkv::probe& probe,
+                         const std::vector<razorkv::planted_layer>& layers, index_t row_step) {
   razorkv::head_scores table(static_cast<index_t>(layers.size()), kQueryHeads, kKvHeads);
   razorkv::qk_scoring_options options;
   options.row_step = row_step;
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t l = 0; l < layers.size(); ++l) {
     table.set_layer(static_cast<index_t>(l),
-                    razorkv::score_from_queries_keys(probe, layers[l].query_view(), layers[l].key_view(), options));
+                    razorkv::score_from_queries_keys(probe, layers[l].query_view(),
+                                                     layers[l].key_view(), options));
   }
   model_scores out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -98,14 +101,17 @@ int main(int argc, char** argv) {
   probe_config.max_id = 32000;
   probe_config.bos_id = 1;
   if (num_layers < 1) {
-    std::fprintf(stderr, "razorkv_calibrate_synthetic: layers (%ld) must be >= 1\n", static_cast<long>(num_layers));
+    std::fprintf(stderr, "razorkv_calibrate_synthetic: layers (%ld) must be >= 1\n",
+                 static_cast<long>(num_layers));
     return 2;
   }
   const razorkv::probe probe(probe_config);
-  std::printf("probe: %ld random tokens x %ld copies + BOS = %ld tokens; model: %ld layers x %ld query heads (%ld kv heads), head_dim %ld\n\n",
-              static_cast<long>(probe.num_random_tokens()), static_cast<long>(probe.repeats()),
-              static_cast<long>(probe.length()), static_cast<long>(num_layers), static_cast<long>(kQueryHeads),
-              static_cast<long>(kKvHeads), static_cast<long>(kHeadDim));
+  std::printf(
+      "probe: %ld random tokens x %ld copies + BOS = %ld tokens; model: %ld layers x %ld query "
+      "heads (%ld kv heads), head_dim %ld\n\n",
+      static_cast<long>(probe.num_random_tokens()), static_cast<long>(probe.repeats()),
+      static_cast<long>(probe.length()), static_cast<long>(num_layers),
+      static_cast<long>(kQueryHeads), static_cast<long>(kKvHeads), static_cast<long>(kHeadDim));
 
   const std::vector<razorkv::planted_layer_config> configs =
       razorkv::random_planted_model({num_layers, kQueryHeads, kKvHeads, kHeadDim}, 7);
@@ -126,25 +132,29 @@ int main(int argc, char** argv) {
     char planted[64];
     int used = 0;
     for (const auto& [kind, strength] : head.components) {
-      used += std::snprintf(planted + used, sizeof(planted) - static_cast<std::size_t>(used), "%s%s %.1f",
-                            used ? " + " : "", razorkv::head_kind_name(kind), strength);
+      used +=
+          std::snprintf(planted + used, sizeof(planted) - static_cast<std::size_t>(used),
+                        "%s%s %.1f", used ? " + " : "", razorkv::head_kind_name(kind), strength);
     }
-    std::printf("  %4zu  %5zu  %4zu  %-30s  %.4f  %.4f\n", r + 1, id / kQueryHeads, id % kQueryHeads, planted,
-                full.echo[id], full.induction[id]);
+    std::printf("  %4zu  %5zu  %4zu  %-30s  %.4f  %.4f\n", r + 1, id / kQueryHeads,
+                id % kQueryHeads, planted, full.echo[id], full.induction[id]);
   }
 
   const auto chosen = select(full.echo, full.induction);
-  std::printf("\nquery-row subsampling vs all rows (selection: top 14%% induction + top 1%% echo = %zu heads):\n",
-              chosen.size());
-  std::printf("  row_step  seconds  speed-up  spearman(echo)  spearman(induction)  selection overlap\n");
+  std::printf(
+      "\nquery-row subsampling vs all rows (selection: top 14%% induction + top 1%% echo = %zu "
+      "heads):\n",
+      chosen.size());
+  std::printf(
+      "  row_step  seconds  speed-up  spearman(echo)  spearman(induction)  selection overlap\n");
   for (index_t step : {1, 2, 4, 8, 16, 32}) {
     const model_scores sub = step == 1 ? full : score_model(probe, layers, step);
     const auto picked = select(sub.echo, sub.induction);
     std::size_t common = 0;
     for (std::size_t h : picked) common += chosen.count(h);
-    std::printf("  %8ld  %7.2f  %7.1fx  %14.4f  %19.4f  %10zu / %zu\n", static_cast<long>(step), sub.seconds,
-                full.seconds / sub.seconds, spearman(full.echo, sub.echo), spearman(full.induction, sub.induction),
-                common, chosen.size());
+    std::printf("  %8ld  %7.2f  %7.1fx  %14.4f  %19.4f  %10zu / %zu\n", static_cast<long>(step),
+                sub.seconds, full.seconds / sub.seconds, spearman(full.echo, sub.echo),
+                spearman(full.induction, sub.induction), common, chosen.size());
   }
   return 0;
 }

@@ -6,8 +6,8 @@
 // Prints a table (policy x budget x metric) and writes output_dir/compare_policies.csv and
 // output_dir/compare_policies.svg (fidelity vs budget, one line per policy; the needle grid of
 // each policy as a heat map). --quick runs a smaller grid (the test suite's smoke run).
-#include <razorkv/eval/synthetic_suite.hpp>
 #include <razorkv/eval.hpp>
+#include <razorkv/eval/synthetic_suite.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -67,9 +67,10 @@ const char* colour(std::size_t i) {
   return palette[i % (sizeof(palette) / sizeof(palette[0]))];
 }
 
-void write_svg(const std::string& path, const std::vector<std::string>& policies, const std::vector<double>& budgets,
-               const std::vector<fidelity_row>& fidelity, const std::vector<index_t>& contexts,
-               const std::vector<double>& depths, const std::vector<needle_cell>& needles, double needle_budget) {
+void write_svg(const std::string& path, const std::vector<std::string>& policies,
+               const std::vector<double>& budgets, const std::vector<fidelity_row>& fidelity,
+               const std::vector<index_t>& contexts, const std::vector<double>& depths,
+               const std::vector<needle_cell>& needles, double needle_budget) {
   std::ostringstream svg;
   const int width = 960, chart_h = 360, cell = 22;
   const int heat_cols = 3, heat_w = static_cast<int>(depths.size()) * cell + 200;
@@ -77,7 +78,8 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   const int heat_rows = static_cast<int>((policies.size() + heat_cols - 1) / heat_cols);
   const int height = chart_h + 70 + heat_rows * heat_h + 20;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+         "fill=\"white\"/>\n";
 
   // Fidelity vs budget: x = budget (fraction of the full cache), y = relative L2 error.
   const double x0 = 70, x1 = 640, y0 = 40, y1 = chart_h - 40;
@@ -87,62 +89,78 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   const double b_min = budgets.front(), b_max = budgets.back();
   const auto px = [&](double b) { return x0 + (b - b_min) / (b_max - b_min) * (x1 - x0); };
   const auto py = [&](double e) { return y1 - e / y_max * (y1 - y0); };
-  svg << "<text x=\"" << x0 << "\" y=\"22\" font-size=\"15\">Attention-output error vs KV budget (lower is better)</text>\n";
-  svg << "<line x1=\"" << x0 << "\" y1=\"" << y1 << "\" x2=\"" << x1 << "\" y2=\"" << y1 << "\" stroke=\"black\"/>\n";
-  svg << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y1 << "\" stroke=\"black\"/>\n";
+  svg << "<text x=\"" << x0
+      << "\" y=\"22\" font-size=\"15\">Attention-output error vs KV budget (lower is "
+         "better)</text>\n";
+  svg << "<line x1=\"" << x0 << "\" y1=\"" << y1 << "\" x2=\"" << x1 << "\" y2=\"" << y1
+      << "\" stroke=\"black\"/>\n";
+  svg << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y1
+      << "\" stroke=\"black\"/>\n";
   for (double b : budgets) {
-    svg << "<text x=\"" << px(b) << "\" y=\"" << y1 + 16 << "\" text-anchor=\"middle\">" << fixed(b, 2) << "</text>\n";
+    svg << "<text x=\"" << px(b) << "\" y=\"" << y1 + 16 << "\" text-anchor=\"middle\">"
+        << fixed(b, 2) << "</text>\n";
   }
   for (int t = 0; t <= 5; ++t) {
     const double e = y_max * t / 5;
-    svg << "<text x=\"" << x0 - 6 << "\" y=\"" << py(e) + 4 << "\" text-anchor=\"end\">" << fixed(e, 2) << "</text>\n"
+    svg << "<text x=\"" << x0 - 6 << "\" y=\"" << py(e) + 4 << "\" text-anchor=\"end\">"
+        << fixed(e, 2) << "</text>\n"
         << "<line x1=\"" << x0 << "\" y1=\"" << py(e) << "\" x2=\"" << x1 << "\" y2=\"" << py(e)
         << "\" stroke=\"#ddd\"/>\n";
   }
   svg << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << y1 + 34
-      << "\" text-anchor=\"middle\">KV budget (fraction of the full cache, equal for every policy)</text>\n";
-  svg << "<text transform=\"translate(18," << (y0 + y1) / 2 << ") rotate(-90)\" text-anchor=\"middle\">relative L2 error, "
+      << "\" text-anchor=\"middle\">KV budget (fraction of the full cache, equal for every "
+         "policy)</text>\n";
+  svg << "<text transform=\"translate(18," << (y0 + y1) / 2
+      << ") rotate(-90)\" text-anchor=\"middle\">relative L2 error, "
       << "mean over layers</text>\n";
   for (std::size_t p = 0; p < policies.size(); ++p) {
     std::string points;
     for (const auto& r : fidelity) {
-      if (r.policy == policies[p]) points += fixed(px(r.budget), 1) + "," + fixed(py(r.relative_l2), 1) + " ";
+      if (r.policy == policies[p])
+        points += fixed(px(r.budget), 1) + "," + fixed(py(r.relative_l2), 1) + " ";
     }
     if (points.empty()) continue;
-    svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colour(p) << "\" points=\"" << points << "\"/>\n";
-    svg << "<rect x=\"" << x1 + 30 << "\" y=\"" << y0 + 18 * p << "\" width=\"14\" height=\"4\" fill=\"" << colour(p)
-        << "\"/><text x=\"" << x1 + 50 << "\" y=\"" << y0 + 18 * p + 6 << "\">" << policies[p] << "</text>\n";
+    svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colour(p) << "\" points=\""
+        << points << "\"/>\n";
+    svg << "<rect x=\"" << x1 + 30 << "\" y=\"" << y0 + 18 * p
+        << "\" width=\"14\" height=\"4\" fill=\"" << colour(p) << "\"/><text x=\"" << x1 + 50
+        << "\" y=\"" << y0 + 18 * p + 6 << "\">" << policies[p] << "</text>\n";
   }
 
   // Needle grids: one heat map per policy, rows = context length, columns = depth.
   const int top = chart_h + 30;
   svg << "<text x=\"" << x0 << "\" y=\"" << top << "\" font-size=\"15\">Needles recovered (%) at "
-      << fixed(needle_budget, 2) << " of the full cache: rows = context tokens, columns = needle depth</text>\n";
+      << fixed(needle_budget, 2)
+      << " of the full cache: rows = context tokens, columns = needle depth</text>\n";
   for (std::size_t p = 0; p < policies.size(); ++p) {
     const int gx = 20 + static_cast<int>(p % heat_cols) * (heat_w + 10);
     const int gy = top + 20 + static_cast<int>(p / heat_cols) * heat_h;
     svg << "<text x=\"" << gx + 50 << "\" y=\"" << gy + 12 << "\">" << policies[p] << "</text>\n";
     for (std::size_t d = 0; d < depths.size(); ++d) {
       svg << "<text x=\"" << gx + 50 + cell * static_cast<int>(d) + (cell - 2) / 2 << "\" y=\""
-          << gy + 32 + cell * static_cast<int>(contexts.size()) << "\" font-size=\"9\" text-anchor=\"middle\">"
-          << fixed(depths[d], 2) << "</text>\n";
+          << gy + 32 + cell * static_cast<int>(contexts.size())
+          << "\" font-size=\"9\" text-anchor=\"middle\">" << fixed(depths[d], 2) << "</text>\n";
     }
     for (std::size_t c = 0; c < contexts.size(); ++c) {
-      svg << "<text x=\"" << gx + 45 << "\" y=\"" << gy + 34 + cell * c << "\" text-anchor=\"end\">" << contexts[c]
-          << "</text>\n";
+      svg << "<text x=\"" << gx + 45 << "\" y=\"" << gy + 34 + cell * static_cast<int>(c)
+          << "\" text-anchor=\"end\">" << contexts[c] << "</text>\n";
       for (std::size_t d = 0; d < depths.size(); ++d) {
         for (const auto& n : needles) {
           if (n.policy != policies[p] || n.context != contexts[c] || n.depth != depths[d]) continue;
           // White (none recovered) to green (all), with the percentage written in.
-          const auto shade = [&](int to) { return static_cast<int>(std::lround(255 + (to - 255) * n.all)); };
-          const int x = gx + 50 + cell * static_cast<int>(d), y = gy + 20 + cell * static_cast<int>(c);
-          svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell - 2 << "\" height=\"" << cell - 2
-              << "\" fill=\"rgb(" << shade(27) << "," << shade(158) << "," << shade(119) << ")\" stroke=\"#999\"><title>"
-              << policies[p] << ", " << n.context << " tokens, depth " << fixed(n.depth, 2) << ": "
-              << fixed(n.all * 100, 0) << "%</title></rect>\n"
+          const auto shade = [&](int to) {
+            return static_cast<int>(std::lround(255 + (to - 255) * n.all));
+          };
+          const int x = gx + 50 + cell * static_cast<int>(d),
+                    y = gy + 20 + cell * static_cast<int>(c);
+          svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell - 2 << "\" height=\""
+              << cell - 2 << "\" fill=\"rgb(" << shade(27) << "," << shade(158) << "," << shade(119)
+              << ")\" stroke=\"#999\"><title>" << policies[p] << ", " << n.context
+              << " tokens, depth " << fixed(n.depth, 2) << ": " << fixed(n.all * 100, 0)
+              << "%</title></rect>\n"
               << "<text x=\"" << x + (cell - 2) / 2 << "\" y=\"" << y + cell / 2 + 2
-              << "\" font-size=\"9\" text-anchor=\"middle\" fill=\"" << (n.all > 0.5 ? "white" : "black") << "\">"
-              << fixed(n.all * 100, 0) << "</text>\n";
+              << "\" font-size=\"9\" text-anchor=\"middle\" fill=\""
+              << (n.all > 0.5 ? "white" : "black") << "\">" << fixed(n.all * 100, 0) << "</text>\n";
         }
       }
     }
@@ -178,12 +196,14 @@ int main(int argc, char** argv) {
     const razorkv::head_plan plan = razorkv::calibrate_planted_model(model, calibration);
     razorkv::selection_config no_echo;
     no_echo.echo_ratio = 0.0;
-    const razorkv::head_plan induction_only = razorkv::calibrate_planted_model(model, calibration, no_echo);
+    const razorkv::head_plan induction_only =
+        razorkv::calibrate_planted_model(model, calibration, no_echo);
     const razorkv::head_plan random = razorkv::random_plan(plan.shape(), plan.num_retrieval(), 7);
     std::cout << "model: " << kLayers << " layers x " << kQueryHeads << " query / " << kKvHeads
-              << " kv heads, head_dim " << kDim << "; planted retrieval groups: " << kInductionGroups << " induction + "
-              << kEchoGroups << " echo\ncalibration kept " << plan.num_retrieval() << " groups (induction only: "
-              << induction_only.num_retrieval() << ")\n\n";
+              << " kv heads, head_dim " << kDim
+              << "; planted retrieval groups: " << kInductionGroups << " induction + "
+              << kEchoGroups << " echo\ncalibration kept " << plan.num_retrieval()
+              << " groups (induction only: " << induction_only.num_retrieval() << ")\n\n";
 
     razorkv::razor_config unweighted, none;
     unweighted.compensation = razorkv::compensation_mode::kUnweighted;
@@ -207,19 +227,26 @@ int main(int argc, char** argv) {
     const std::vector<double> budgets = {0.2, 0.25, 0.32, 0.5};
     const index_t period = quick ? 250 : 750;
     std::vector<index_t> slots;
-    for (index_t t = 0; t < 4 * period + 1; ++t) slots.push_back(t == 0 ? period : (t - 1) % period);
-    const razorkv::planted_prompt text(model, slots, period + 1, static_cast<index_t>(slots.size()) - kDecodeSteps);
+    for (index_t t = 0; t < 4 * period + 1; ++t)
+      slots.push_back(t == 0 ? period : (t - 1) % period);
+    const razorkv::planted_prompt text(model, slots, period + 1,
+                                       static_cast<index_t>(slots.size()) - kDecodeSteps);
     std::vector<fidelity_row> fidelity;
-    const razorkv::policy_run text_full = razorkv::run_policy(policies[0], text.prompt(), razorkv::memory_budget::fraction_of_full(1.0));
+    const razorkv::policy_run text_full = razorkv::run_policy(
+        policies[0], text.prompt(), razorkv::memory_budget::fraction_of_full(1.0));
     for (double budget : budgets) {
       for (const auto& p : policies) {
         const razorkv::policy_run run =
             p.target<razorkv::full_policy>() != nullptr
                 ? text_full
-                : razorkv::run_policy(p, text.prompt(), razorkv::memory_budget::fraction_of_full(budget));
+                : razorkv::run_policy(p, text.prompt(),
+                                      razorkv::memory_budget::fraction_of_full(budget));
         const auto errors = razorkv::relative_l2_per_layer(run, text_full);
-        fidelity.push_back({p.name, budget, std::accumulate(errors.begin(), errors.end(), 0.0) / static_cast<double>(errors.size()),
-                            static_cast<double>(run.kv_bytes) / (1 << 20), static_cast<double>(run.full_kv_bytes) / (1 << 20),
+        fidelity.push_back({p.name, budget,
+                            std::accumulate(errors.begin(), errors.end(), 0.0) /
+                                static_cast<double>(errors.size()),
+                            static_cast<double>(run.kv_bytes) / (1 << 20),
+                            static_cast<double>(run.full_kv_bytes) / (1 << 20),
                             run.compress_seconds * 1e3, run.decode_seconds * 1e3});
       }
     }
@@ -227,24 +254,30 @@ int main(int argc, char** argv) {
     // Needles: K = 4 key/value pairs at each depth of each context length, asked for at decode;
     // one trial per (needle, induction or echo head).
     const double needle_budget = 0.32;
-    const std::vector<index_t> contexts = quick ? std::vector<index_t>{1024} : std::vector<index_t>{1024, 2048, 4096};
-    const std::vector<double> depths = quick ? std::vector<double>{0.1, 0.9} : std::vector<double>{0.0, 1.0 / 3, 2.0 / 3, 1.0};
+    const std::vector<index_t> contexts =
+        quick ? std::vector<index_t>{1024} : std::vector<index_t>{1024, 2048, 4096};
+    const std::vector<double> depths =
+        quick ? std::vector<double>{0.1, 0.9} : std::vector<double>{0.0, 1.0 / 3, 2.0 / 3, 1.0};
     std::vector<needle_cell> needles;
     for (index_t context : contexts) {
       for (double depth : depths) {
         razorkv::needle_task_config config;
         config.context_tokens = context;
         config.depth = depth;
-        config.seed = static_cast<std::uint64_t>(context * 100) + static_cast<std::uint64_t>(depth * 100);
+        config.seed =
+            static_cast<std::uint64_t>(context * 100) + static_cast<std::uint64_t>(depth * 100);
         const razorkv::needle_task task = razorkv::make_needle_task(config);
         const razorkv::planted_prompt input(model, task);
         const auto trials = razorkv::needle_trials(task, model);
-        const razorkv::memory_budget budget = razorkv::memory_budget::fraction_of_full(needle_budget);
+        const razorkv::memory_budget budget =
+            razorkv::memory_budget::fraction_of_full(needle_budget);
         const razorkv::policy_run full = razorkv::run_policy(policies[0], input.prompt(), budget);
         for (const auto& p : policies) {
-          const std::vector<bool> hit = razorkv::needles_recovered(
-              p.target<razorkv::full_policy>() != nullptr ? full : razorkv::run_policy(p, input.prompt(), budget), full,
-              input.prompt(), trials);
+          const std::vector<bool> hit =
+              razorkv::needles_recovered(p.target<razorkv::full_policy>() != nullptr
+                                             ? full
+                                             : razorkv::run_policy(p, input.prompt(), budget),
+                                         full, input.prompt(), trials);
           needle_cell cell{p.name, context, depth, 0, 0, 0};
           double induction_trials = 0, echo_trials = 0;
           for (std::size_t i = 0; i < trials.size(); ++i) {
@@ -269,11 +302,12 @@ int main(int argc, char** argv) {
       }
       return n > 0 ? sum / n : 0.0;
     };
-    std::cout << "Attention-output error (relative L2 vs full, mean over " << kLayers << " layers) on a "
-              << text.prompt().prompt_tokens() << "-token prompt + " << kDecodeSteps << " decode steps, and needles\n"
-              << "recovered at " << needle_budget << " of the full cache over " << contexts.size() << " context lengths x "
-              << depths.size() << " depths (" << kInductionGroups << " induction + " << kEchoGroups
-              << " echo heads x 4 needles per cell).\n\n";
+    std::cout << "Attention-output error (relative L2 vs full, mean over " << kLayers
+              << " layers) on a " << text.prompt().prompt_tokens() << "-token prompt + "
+              << kDecodeSteps << " decode steps, and needles\n"
+              << "recovered at " << needle_budget << " of the full cache over " << contexts.size()
+              << " context lengths x " << depths.size() << " depths (" << kInductionGroups
+              << " induction + " << kEchoGroups << " echo heads x 4 needles per cell).\n\n";
     std::printf("%-22s", "policy");
     for (double b : budgets) std::printf("  err@%-5s", fixed(b, 2).c_str());
     std::printf("  needles  induction  echo   MiB@0.32  decode ms\n");
@@ -287,32 +321,41 @@ int main(int argc, char** argv) {
           if (b == needle_budget) mib = r.kv_mib, decode = r.decode_ms;
         }
       }
-      std::printf("  %6s%%  %8s%%  %4s%%  %8s  %9s\n", fixed(100 * needle_mean(name, &needle_cell::all), 0).c_str(),
+      std::printf("  %6s%%  %8s%%  %4s%%  %8s  %9s\n",
+                  fixed(100 * needle_mean(name, &needle_cell::all), 0).c_str(),
                   fixed(100 * needle_mean(name, &needle_cell::induction), 0).c_str(),
-                  fixed(100 * needle_mean(name, &needle_cell::echo), 0).c_str(), fixed(mib, 2).c_str(),
-                  fixed(decode, 3).c_str());
+                  fixed(100 * needle_mean(name, &needle_cell::echo), 0).c_str(),
+                  fixed(mib, 2).c_str(), fixed(decode, 3).c_str());
     }
-    std::cout << "\n(full holds " << fixed(fidelity.front().full_mib, 2) << " MiB; memory is K/V held after compressing "
-              << "the prompt, a GQA group counted once; decode is one token over all layers, median of "
-              << kDecodeSteps << " steps)\n";
+    std::cout
+        << "\n(full holds " << fixed(fidelity.front().full_mib, 2)
+        << " MiB; memory is K/V held after compressing "
+        << "the prompt, a GQA group counted once; decode is one token over all layers, median of "
+        << kDecodeSteps << " steps)\n";
 
     // CSV and SVG.
-    const std::string csv_path = output_dir + "/compare_policies.csv", svg_path = output_dir + "/compare_policies.svg";
+    const std::string csv_path = output_dir + "/compare_policies.csv",
+                      svg_path = output_dir + "/compare_policies.svg";
     std::ofstream csv(csv_path);
-    csv << "task,policy,budget_fraction,context_tokens,depth,relative_l2,needles_recovered,induction_recovered,"
+    csv << "task,policy,budget_fraction,context_tokens,depth,relative_l2,needles_recovered,"
+           "induction_recovered,"
            "echo_recovered,kv_mib,full_kv_mib,compress_ms,decode_ms\n";
     for (const auto& r : fidelity) {
-      csv << "fidelity," << r.policy << ',' << r.budget << ',' << text.prompt().prompt_tokens() << ",," << r.relative_l2
-          << ",,,," << r.kv_mib << ',' << r.full_mib << ',' << r.compress_ms << ',' << r.decode_ms << '\n';
+      csv << "fidelity," << r.policy << ',' << r.budget << ',' << text.prompt().prompt_tokens()
+          << ",," << r.relative_l2 << ",,,," << r.kv_mib << ',' << r.full_mib << ','
+          << r.compress_ms << ',' << r.decode_ms << '\n';
     }
     for (const auto& c : needles) {
-      csv << "needle," << c.policy << ',' << needle_budget << ',' << c.context << ',' << c.depth << ",," << c.all << ','
-          << c.induction << ',' << c.echo << ",,,,\n";
+      csv << "needle," << c.policy << ',' << needle_budget << ',' << c.context << ',' << c.depth
+          << ",," << c.all << ',' << c.induction << ',' << c.echo << ",,,,\n";
     }
     write_svg(svg_path, names, budgets, fidelity, contexts, depths, needles, needle_budget);
     if (!csv) throw std::runtime_error("could not write " + csv_path);
-    std::cout << "wrote " << csv_path << " and " << svg_path << " in "
-              << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 1) << " s\n";
+    std::cout
+        << "wrote " << csv_path << " and " << svg_path << " in "
+        << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                 1)
+        << " s\n";
   } catch (const std::exception& e) {
     std::cerr << "razorkv_compare_policies: " << e.what() << "\n";
     return 1;

@@ -22,7 +22,9 @@ struct layer_data {
   index_t tokens = 0, heads = 0, dim = 0;
   std::vector<float> values;
   bool finite = true;  ///< every value finite and of ordinary size
-  layer_view<const float> view() const { return layer_view<const float>::nhd(values.data(), tokens, heads, dim); }
+  layer_view<const float> view() const {
+    return layer_view<const float>::nhd(values.data(), tokens, heads, dim);
+  }
 };
 
 layer_data make_layer(byte_reader& in, index_t tokens, index_t heads, index_t dim) {
@@ -41,11 +43,13 @@ template <class Cache>
 void decode_and_compare(const Cache& cache, const layer_data& queries, bool finite, index_t token) {
   const razorkv::matrix_view<const float> q = queries.view().token(token);
   std::vector<float> out(static_cast<std::size_t>(q.rows() * q.cols()));
-  razorkv::decode_attention(cache, 0, q, razorkv::matrix_view<float>(out.data(), q.rows(), q.cols()));
+  razorkv::decode_attention(cache, 0, q,
+                            razorkv::matrix_view<float>(out.data(), q.rows(), q.cols()));
   if (!finite) return;
   const std::vector<double> want = razorkv::reference::decode_attention(cache, 0, q);
   for (std::size_t i = 0; i < out.size(); ++i) {
-    razorkv_fuzz::require(std::fabs(out[i] - want[i]) <= 1e-3 * (1.0 + std::fabs(want[i])), "decode == reference");
+    razorkv_fuzz::require(std::fabs(out[i] - want[i]) <= 1e-3 * (1.0 + std::fabs(want[i])),
+                          "decode == reference");
   }
 }
 
@@ -63,20 +67,22 @@ void fuzz_razor_cache(byte_reader& in, const razorkv::model_shape& shape, const 
   config.decode = static_cast<razorkv::decode_mode>(in.range(0, 2));
   config.decode_reserve = in.range(-1, 3);
   razorkv::razor_kv_cache<float> cache(plan, config);
-  cache.compress_layer(0, keys.view().middle_tokens(0, prefill), values.view().middle_tokens(0, prefill));
+  cache.compress_layer(0, keys.view().middle_tokens(0, prefill),
+                       values.view().middle_tokens(0, prefill));
   const bool finite = keys.finite && values.finite && queries.finite;
   for (index_t t = prefill; t < keys.tokens; ++t) {
     cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
     decode_and_compare(cache, queries, finite, t);
     index_t held = 0;
     for (index_t h = 0; h < shape.num_kv_heads; ++h) held += cache.entries(0, h);
-    razorkv_fuzz::require(cache.kv_bytes() == held * 2 * shape.head_dim * static_cast<index_t>(sizeof(float)),
-                          "kv_bytes counts the entries held");
+    razorkv_fuzz::require(
+        cache.kv_bytes() == held * 2 * shape.head_dim * static_cast<index_t>(sizeof(float)),
+        "kv_bytes counts the entries held");
   }
 }
 
-void fuzz_policies(byte_reader& in, const razorkv::model_shape& shape, const layer_data& keys, const layer_data& values,
-                   const layer_data& queries, index_t prefill) {
+void fuzz_policies(byte_reader& in, const razorkv::model_shape& shape, const layer_data& keys,
+                   const layer_data& values, const layer_data& queries, index_t prefill) {
   const bool finite = keys.finite && values.finite && queries.finite;
   const index_t budget = in.range(-1, 12);
   const auto k = keys.view().middle_tokens(0, prefill), v = values.view().middle_tokens(0, prefill);
@@ -87,8 +93,9 @@ void fuzz_policies(byte_reader& in, const razorkv::model_shape& shape, const lay
       config.kernel = in.range(0, 5);
       config.pooling = static_cast<razorkv::snapkv_pooling>(in.range(0, 2));
       razorkv::selected_kv_cache<float> cache(1, shape.num_kv_heads, shape.head_dim);
-      razorkv::snapkv_compress_layer(cache, 0, queries.view().middle_tokens(prefill - config.window, config.window), k,
-                                     v, budget, config);
+      razorkv::snapkv_compress_layer(
+          cache, 0, queries.view().middle_tokens(prefill - config.window, config.window), k, v,
+          budget, config);
       for (index_t t = prefill; t < keys.tokens; ++t) {
         cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
         decode_and_compare(cache, queries, finite, t);
@@ -100,25 +107,31 @@ void fuzz_policies(byte_reader& in, const razorkv::model_shape& shape, const lay
       config.recent = in.range(-1, 6);
       razorkv::h2o_kv_cache<float> cache(1, shape.num_kv_heads, shape.head_dim, budget, config);
       const index_t observed = in.range(0, prefill);
-      cache.compress_layer(0, k, v, razorkv::observed_attention(queries.view().middle_tokens(prefill - observed, observed), k));
+      cache.compress_layer(0, k, v,
+                           razorkv::observed_attention(
+                               queries.view().middle_tokens(prefill - observed, observed), k));
       for (index_t t = prefill; t < keys.tokens; ++t) {
         cache.append(0, keys.view().middle_tokens(t, 1), values.view().middle_tokens(t, 1));
         decode_and_compare(cache, queries, finite, t);
         cache.observe(0, queries.view().middle_tokens(t, 1));
-        razorkv_fuzz::require(razorkv::num_entries(cache, 0, 0) <= budget, "h2o stays within its budget");
+        razorkv_fuzz::require(razorkv::num_entries(cache, 0, 0) <= budget,
+                              "h2o stays within its budget");
       }
       break;
     }
     default: {
-      razorkv::memory_budget b{static_cast<razorkv::budget_unit>(in.range(0, 3)), static_cast<double>(in.raw_float())};
+      razorkv::memory_budget b{static_cast<razorkv::budget_unit>(in.range(0, 3)),
+                               static_cast<double>(in.raw_float())};
       const index_t entries = razorkv::entries_per_head(b, shape, prefill, 4);
       razorkv_fuzz::require(entries >= 1, "a budget gives at least one entry per head");
       razorkv::head_plan plan(shape);
       plan.set_retrieval(0, 0, true);
-      razorkv::razor_kv_cache<float> cache(plan, razorkv::razor_config_for_budget(plan, prefill, entries));
+      razorkv::razor_kv_cache<float> cache(
+          plan, razorkv::razor_config_for_budget(plan, prefill, entries));
       cache.compress_layer(0, k, v);
-      razorkv_fuzz::require(cache.kv_bytes() <= entries * shape.num_kv_heads * 2 * shape.head_dim * 4,
-                            "razor at a budget holds at most the budget");
+      razorkv_fuzz::require(
+          cache.kv_bytes() <= entries * shape.num_kv_heads * 2 * shape.head_dim * 4,
+          "razor at a budget holds at most the budget");
       break;
     }
   }
@@ -138,9 +151,12 @@ void fuzz_scoring_and_selection(byte_reader& in, const razorkv::model_shape& sha
   razorkv::qk_scoring_options options;
   options.row_step = in.range(0, 3);
   if (in.byte() % 4 == 0) options.scale = static_cast<double>(in.raw_float());
-  const razorkv::layer_scores scores = razorkv::score_from_queries_keys(the_probe, q.view(), k.view(), options);
-  for (double x : scores.echo) razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "echo in [0, 1]");
-  for (double x : scores.induction) razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "induction in [0, 1]");
+  const razorkv::layer_scores scores =
+      razorkv::score_from_queries_keys(the_probe, q.view(), k.view(), options);
+  for (double x : scores.echo)
+    razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "echo in [0, 1]");
+  for (double x : scores.induction)
+    razorkv_fuzz::require(std::isfinite(x) && x >= 0.0 && x <= 1.0 + 1e-6, "induction in [0, 1]");
   razorkv::head_scores all(1, shape.num_query_heads, shape.num_kv_heads);
   all.set_layer(0, scores);
   razorkv::selection_config selection;
@@ -165,14 +181,16 @@ void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
       const razorkv::probe the_probe(config);
       const index_t length = the_probe.length() + in.range(-1, 1);
       const index_t heads = in.range(0, 3);
-      std::vector<float> probabilities(static_cast<std::size_t>(std::max<index_t>(0, heads * length * length)));
+      std::vector<float> probabilities(
+          static_cast<std::size_t>(std::max<index_t>(0, heads * length * length)));
       for (float& p : probabilities) p = in.value() / 8.0f;
       if (in.byte() % 4 != 0 && length == the_probe.length()) {  // mostly valid causal softmax rows
         for (index_t r = 0; r < heads * length; ++r) {
           float* row = probabilities.data() + r * length;
           const index_t i = r % length;
           float sum = 0.0f;
-          for (index_t j = 0; j < length; ++j) sum += (row[j] = j <= i ? std::fabs(row[j]) + 1e-3f : 0.0f);
+          for (index_t j = 0; j < length; ++j)
+            sum += (row[j] = j <= i ? std::fabs(row[j]) + 1e-3f : 0.0f);
           if (std::isfinite(sum)) {
             for (index_t j = 0; j < length; ++j) row[j] /= sum;
           }
@@ -199,14 +217,15 @@ void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
       target.budget.s0 = in.range(-1, 64);
       target.budget.c = 1.0 + in.range(-1, 8);
       const razorkv::head_plan plan = razorkv::select_for_budget(scores, shape.head_dim, target);
-      razorkv_fuzz::require(razorkv::compressed_kv_bytes(plan, target.seq_len, target.budget, target.dtype_bytes) <=
-                                target.budget_bytes,
+      razorkv_fuzz::require(razorkv::compressed_kv_bytes(plan, target.seq_len, target.budget,
+                                                         target.dtype_bytes) <= target.budget_bytes,
                             "select_for_budget fits its target");
       break;
     }
     case 2: {
       std::vector<double> slopes;
-      for (index_t q = 0; q < shape.num_query_heads + in.range(-1, 1); ++q) slopes.push_back(static_cast<double>(in.value()) / 8.0);
+      for (index_t q = 0; q < shape.num_query_heads + in.range(-1, 1); ++q)
+        slopes.push_back(static_cast<double>(in.value()) / 8.0);
       razorkv::alibi_selection options;
       options.bound = static_cast<double>(in.value());
       options.eps = in.byte() % 8 == 0 ? static_cast<double>(in.raw_float()) : 1e-3;
@@ -224,8 +243,10 @@ void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
       budget.compensation_token = in.byte() % 2 == 0;
       const index_t tokens = in.range(-1, 200) * in.range(1, 100);
       const index_t entries = razorkv::compressed_entries(tokens, budget);
-      razorkv_fuzz::require(entries >= 0 && entries <= tokens, "compressed_entries within the prompt");
-      razorkv::compressed_kv_bytes(shape, static_cast<double>(in.value()) / 8.0, tokens, budget, in.range(0, 4));
+      razorkv_fuzz::require(entries >= 0 && entries <= tokens,
+                            "compressed_entries within the prompt");
+      razorkv::compressed_kv_bytes(shape, static_cast<double>(in.value()) / 8.0, tokens, budget,
+                                   in.range(0, 4));
       break;
     }
   }

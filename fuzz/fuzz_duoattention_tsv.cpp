@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string tsv = in.rest();
   razorkv_fuzz::reject_only_with_razorkv_errors([&] {
     const razorkv::head_plan plan = razorkv::io::head_plan_from_duoattention(tsv, shape, options);
-    razorkv_fuzz::require(plan.shape().num_layers == shape.num_layers && plan.shape().num_kv_heads == shape.num_kv_heads,
+    razorkv_fuzz::require(plan.shape().num_layers == shape.num_layers &&
+                              plan.shape().num_kv_heads == shape.num_kv_heads,
                           "duoattention plan has the requested shape");
   });
   return 0;

@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const razorkv::head_plan plan = razorkv::io::head_plan_from_json(text);
     const std::string written = razorkv::io::head_plan_to_json(plan);
     const razorkv::head_plan again = razorkv::io::head_plan_from_json(written);
-    razorkv_fuzz::require(razorkv::io::head_plan_to_json(again) == written, "head plan JSON round trip");
+    razorkv_fuzz::require(razorkv::io::head_plan_to_json(again) == written,
+                          "head plan JSON round trip");
   });
   return 0;
 }

@@ -8,8 +8,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   razorkv_fuzz::reject_only_with_razorkv_errors([&] {
     const razorkv::head_scores scores = razorkv::io::head_scores_from_json(text);
     const std::string written = razorkv::io::head_scores_to_json(scores);
-    razorkv_fuzz::require(razorkv::io::head_scores_to_json(razorkv::io::head_scores_from_json(written)) == written,
-                          "head scores JSON round trip");
+    razorkv_fuzz::require(
+        razorkv::io::head_scores_to_json(razorkv::io::head_scores_from_json(written)) == written,
+        "head scores JSON round trip");
   });
   return 0;
 }

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   razorkv_fuzz::reject_only_with_razorkv_errors([&] {
     const razorkv::head_plan plan = razorkv::io::head_plan_from_mindspore(text, shape);
     const std::string written = razorkv::io::head_plan_to_mindspore(plan);
-    razorkv_fuzz::require(razorkv::io::head_plan_to_mindspore(razorkv::io::head_plan_from_mindspore(written, shape)) == written,
+    razorkv_fuzz::require(razorkv::io::head_plan_to_mindspore(
+                              razorkv::io::head_plan_from_mindspore(written, shape)) == written,
                           "mindspore JSON round trip");
   });
   return 0;

@@ -14,11 +14,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       razorkv_fuzz::require(static_cast<razorkv::index_t>(array.bytes.size()) ==
                                 array.size() * razorkv::io::npy_item_size(array.dtype),
                             "npy data size == product(shape) * item size");
-      razorkv_fuzz::require(static_cast<razorkv::index_t>(array.to<float>().size()) == array.size(), "as<float>");
-      razorkv_fuzz::require(static_cast<razorkv::index_t>(array.to<Eigen::bfloat16>().size()) == array.size(),
-                            "as<bfloat16>");
-      razorkv_fuzz::require(static_cast<razorkv::index_t>(array.to<std::int64_t>().size()) == array.size(),
-                            "as<int64>");
+      razorkv_fuzz::require(static_cast<razorkv::index_t>(array.to<float>().size()) == array.size(),
+                            "as<float>");
+      razorkv_fuzz::require(
+          static_cast<razorkv::index_t>(array.to<Eigen::bfloat16>().size()) == array.size(),
+          "as<bfloat16>");
+      razorkv_fuzz::require(
+          static_cast<razorkv::index_t>(array.to<std::int64_t>().size()) == array.size(),
+          "as<int64>");
     });
   }
   return 0;

@@ -37,7 +37,9 @@ class byte_reader {
 
   std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
   /// An integer in [lo, hi].
-  long range(long lo, long hi) { return lo + static_cast<long>(byte() % static_cast<unsigned>(hi - lo + 1)); }
+  long range(long lo, long hi) {
+    return lo + static_cast<long>(byte() % static_cast<unsigned>(hi - lo + 1));
+  }
   /// Any float bit pattern, NaN and infinities included.
   float raw_float() {
     std::uint32_t bits = 0;

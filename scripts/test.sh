@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole razorkv test suite on a fresh Debian machine: installs what it needs, then
+#  0. formatting: every C++ file as .clang-format says (scripts/check_format.sh);
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory and find_package), benchmark and demo smoke runs;
 #     then valgrind memcheck on most of those unit tests;
@@ -8,11 +9,14 @@
 #  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 60) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-razorkv_require_packages cmake make g++ clang libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
+razorkv_require_packages cmake make g++ clang clang-format libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
   libbenchmark-dev valgrind
 
 build="$razorkv_root/build"
 mkdir -p "$build"
+
+echo "== razorkv: formatting (.clang-format, clang-format 14)"
+bash "$razorkv_root/scripts/check_format.sh" || razorkv_fail "C++ files are not formatted (scripts/check_format.sh --fix)"
 
 echo "== razorkv: GCC, C++17, warnings as errors"
 razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \

@@ -12,8 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,7 +41,8 @@ int run_probe(const probe_args& a) {
   c.allow_duplicates = a.allow_duplicates;
   const razorkv::probe probe(c);
   razorkv::io::write_text_file(a.out, razorkv::io::format_npy(probe.tokens(), {probe.length()}));
-  std::fprintf(stderr, "razorkv probe: %ld tokens written to %s\n", static_cast<long>(probe.length()), a.out.c_str());
+  std::fprintf(stderr, "razorkv probe: %ld tokens written to %s\n",
+               static_cast<long>(probe.length()), a.out.c_str());
   return 0;
 }
 
@@ -57,9 +58,10 @@ struct score_args {
 };
 
 // [L, heads, dim] float view of a 3-D dump (float32, float16 or bfloat16-as-u2).
-razorkv::layer_view<const float> as_layer(const razorkv::io::npy_array& a, std::vector<float>& storage, const std::string& name) {
-  RAZORKV_CHECK(a.shape.size() == 3, kShapeMismatch, "razorkv score: ", name, " must be [L, heads, head_dim], has ",
-                a.shape.size(), " dimensions");
+razorkv::layer_view<const float> as_layer(const razorkv::io::npy_array& a,
+                                          std::vector<float>& storage, const std::string& name) {
+  RAZORKV_CHECK(a.shape.size() == 3, kShapeMismatch, "razorkv score: ", name,
+                " must be [L, heads, head_dim], has ", a.shape.size(), " dimensions");
   storage = a.to<float>();
   return razorkv::layer_view<const float>::nhd(storage.data(), a.shape[0], a.shape[1], a.shape[2]);
 }
@@ -68,11 +70,13 @@ int run_score(const score_args& a) {
   const bool from_qk = !a.q_files.empty();
   RAZORKV_CHECK(from_qk != !a.attn_files.empty(), kInvalidArgument,
                 "razorkv score: give either --q/--k per layer or --attn per layer");
-  RAZORKV_CHECK(a.q_files.size() == a.k_files.size(), kInvalidArgument, "razorkv score: ", a.q_files.size(),
-                " --q files but ", a.k_files.size(), " --k files");
+  RAZORKV_CHECK(a.q_files.size() == a.k_files.size(), kInvalidArgument,
+                "razorkv score: ", a.q_files.size(), " --q files but ", a.k_files.size(),
+                " --k files");
   std::optional<razorkv::probe> probe;
   if (!a.probe_file.empty()) {
-    probe.emplace(razorkv::io::read_npy(a.probe_file).to<std::int64_t>(), a.period, a.repeats, a.bos);
+    probe.emplace(razorkv::io::read_npy(a.probe_file).to<std::int64_t>(), a.period, a.repeats,
+                  a.bos);
   } else {  // distinct ids: the masks need only P, R and the BOS flag
     razorkv::probe_config c;
     c.num_random_tokens = a.period;
@@ -99,12 +103,13 @@ int run_score(const score_args& a) {
       kv_heads = k.heads();
     } else {
       const auto attn = razorkv::io::read_npy(a.attn_files[l]);
-      RAZORKV_CHECK(attn.shape.size() == 3 && attn.shape[1] == attn.shape[2], kShapeMismatch, "razorkv score: ",
-                    a.attn_files[l], " must be [heads, L, L]");
+      RAZORKV_CHECK(attn.shape.size() == 3 && attn.shape[1] == attn.shape[2], kShapeMismatch,
+                    "razorkv score: ", a.attn_files[l], " must be [heads, L, L]");
       razorkv::scoring_options options;
       options.row_step = a.subsample;
       const auto probs = attn.to<float>();
-      scores = razorkv::score_from_probabilities(*probe, probs.data(), attn.shape[0], attn.shape[1], options);
+      scores = razorkv::score_from_probabilities(*probe, probs.data(), attn.shape[0], attn.shape[1],
+                                                 options);
       query_heads = attn.shape[0];
       kv_heads = a.kv_heads > 0 ? a.kv_heads : query_heads;
     }
@@ -129,21 +134,26 @@ int run_select(const select_args& a) {
   config.induction_ratio = a.induction_ratio;
   config.echo_ratio = a.echo_ratio;
   config.min_groups_per_layer = a.min_per_layer;
-  config.aggregation = a.gqa == "max" ? razorkv::gqa_aggregation::kMax
+  config.aggregation = a.gqa == "max"    ? razorkv::gqa_aggregation::kMax
                        : a.gqa == "mean" ? razorkv::gqa_aggregation::kMean
                                          : razorkv::gqa_aggregation::kSum;
-  const auto plan = a.memory.budget_bytes > 0 ? razorkv::select_for_budget(scores, a.head_dim, a.memory, config)
-                                              : razorkv::select_retrieval_heads(scores, a.head_dim, config);
+  const auto plan = a.memory.budget_bytes > 0
+                        ? razorkv::select_for_budget(scores, a.head_dim, a.memory, config)
+                        : razorkv::select_retrieval_heads(scores, a.head_dim, config);
   if (a.memory.budget_bytes > 0) {
-    std::fprintf(stderr, "razorkv select: budget %ld bytes at %ld tokens -> induction ratio %.4f, echo ratio %.4f\n",
-                 static_cast<long>(a.memory.budget_bytes), static_cast<long>(a.memory.seq_len),
-                 plan.selection().induction_ratio, plan.selection().echo_ratio);
+    std::fprintf(
+        stderr,
+        "razorkv select: budget %ld bytes at %ld tokens -> induction ratio %.4f, echo ratio %.4f\n",
+        static_cast<long>(a.memory.budget_bytes), static_cast<long>(a.memory.seq_len),
+        plan.selection().induction_ratio, plan.selection().echo_ratio);
   }
-  razorkv::io::write_text_file(a.out, a.format == "mindspore" ? razorkv::io::head_plan_to_mindspore(plan)
-                                                              : razorkv::io::head_plan_to_json(plan));
+  razorkv::io::write_text_file(a.out, a.format == "mindspore"
+                                          ? razorkv::io::head_plan_to_mindspore(plan)
+                                          : razorkv::io::head_plan_to_json(plan));
   std::fprintf(stderr, "razorkv select: %ld of %ld kv groups kept full, written to %s\n",
                static_cast<long>(plan.num_retrieval()),
-               static_cast<long>(plan.shape().num_layers * plan.shape().num_kv_heads), a.out.c_str());
+               static_cast<long>(plan.shape().num_layers * plan.shape().num_kv_heads),
+               a.out.c_str());
   return 0;
 }
 
@@ -166,19 +176,24 @@ int run_ratio(const ratio_args& a) {
   }
   razorkv::head_plan shape_check(shape);  // validates the shape
   (void)shape_check;
-  std::printf("model: %ld layers, %ld query heads, %ld kv heads, head_dim %ld; %s; N0 %ld, S0 %ld, C %g, %ld-byte K/V\n",
-              static_cast<long>(shape.num_layers), static_cast<long>(shape.num_query_heads),
-              static_cast<long>(shape.num_kv_heads), static_cast<long>(shape.head_dim),
-              plan ? "retrieval groups from the plan" : "retrieval fraction", static_cast<long>(a.budget.sinks),
-              static_cast<long>(a.budget.s0), a.budget.c, static_cast<long>(a.dtype_bytes));
-  std::printf("%12s  %14s  %14s  %8s  %9s\n", "tokens", "full (MiB)", "razor (MiB)", "ratio", "reduction");
+  std::printf(
+      "model: %ld layers, %ld query heads, %ld kv heads, head_dim %ld; %s; N0 %ld, S0 %ld, C %g, "
+      "%ld-byte K/V\n",
+      static_cast<long>(shape.num_layers), static_cast<long>(shape.num_query_heads),
+      static_cast<long>(shape.num_kv_heads), static_cast<long>(shape.head_dim),
+      plan ? "retrieval groups from the plan" : "retrieval fraction",
+      static_cast<long>(a.budget.sinks), static_cast<long>(a.budget.s0), a.budget.c,
+      static_cast<long>(a.dtype_bytes));
+  std::printf("%12s  %14s  %14s  %8s  %9s\n", "tokens", "full (MiB)", "razor (MiB)", "ratio",
+              "reduction");
   for (index_t n : a.seq_lens) {
     const double full = static_cast<double>(razorkv::full_kv_bytes(shape, n, a.dtype_bytes));
-    const double razor = static_cast<double>(
-        plan ? razorkv::compressed_kv_bytes(*plan, n, a.budget, a.dtype_bytes)
-             : razorkv::compressed_kv_bytes(shape, a.retrieval_fraction, n, a.budget, a.dtype_bytes));
-    std::printf("%12ld  %14.1f  %14.1f  %8.4f  %8.2fx\n", static_cast<long>(n), full / 1048576.0, razor / 1048576.0,
-                razor / full, full / razor);
+    const double razor =
+        static_cast<double>(plan ? razorkv::compressed_kv_bytes(*plan, n, a.budget, a.dtype_bytes)
+                                 : razorkv::compressed_kv_bytes(shape, a.retrieval_fraction, n,
+                                                                a.budget, a.dtype_bytes));
+    std::printf("%12ld  %14.1f  %14.1f  %8.4f  %8.2fx\n", static_cast<long>(n), full / 1048576.0,
+                razor / 1048576.0, razor / full, full / razor);
   }
   return 0;
 }
@@ -194,20 +209,24 @@ int run_heatmap(const heatmap_args& a) {
   std::optional<razorkv::head_plan> plan;
   if (!a.plan.empty()) {
     plan.emplace(razorkv::io::head_plan_from_json(razorkv::io::read_text_file(a.plan)));
-    RAZORKV_CHECK(plan->shape().num_layers == scores.num_layers() && plan->shape().num_kv_heads == scores.num_kv_heads() &&
+    RAZORKV_CHECK(plan->shape().num_layers == scores.num_layers() &&
+                      plan->shape().num_kv_heads == scores.num_kv_heads() &&
                       plan->shape().num_query_heads == scores.num_query_heads(),
                   kShapeMismatch, "razorkv heatmap: the plan's shape does not match the scores'");
   }
-  const index_t layers = scores.num_layers(), heads = scores.num_query_heads(), cell = 12, margin = 40;
+  const index_t layers = scores.num_layers(), heads = scores.num_query_heads(), cell = 12,
+                margin = 40;
   const index_t panel_width = heads * cell, panel_height = layers * cell;
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * panel_width + 3 * margin << "\" height=\""
-      << panel_height + 2 * margin << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * panel_width + 3 * margin
+      << "\" height=\"" << panel_height + 2 * margin
+      << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   for (int panel = 0; panel < 2; ++panel) {
     const index_t x0 = margin + panel * (panel_width + margin), y0 = margin;
     double top = 1e-12;
     for (index_t l = 0; l < layers; ++l)
-      for (index_t h = 0; h < heads; ++h) top = std::max(top, panel ? scores.induction(l, h) : scores.echo(l, h));
+      for (index_t h = 0; h < heads; ++h)
+        top = std::max(top, panel ? scores.induction(l, h) : scores.echo(l, h));
     svg << "<text x=\"" << x0 << "\" y=\"" << y0 - 8 << "\">" << (panel ? "induction" : "echo")
         << " score (max " << top << "); rows: layers, columns: query heads</text>\n";
     for (index_t l = 0; l < layers; ++l) {
@@ -215,8 +234,8 @@ int run_heatmap(const heatmap_args& a) {
         const double v = (panel ? scores.induction(l, h) : scores.echo(l, h)) / top;
         const int shade = static_cast<int>(std::lround(255.0 * (1.0 - std::clamp(v, 0.0, 1.0))));
         const bool selected = plan && plan->is_retrieval(l, h / scores.group_size());
-        svg << "<rect x=\"" << x0 + h * cell << "\" y=\"" << y0 + l * cell << "\" width=\"" << cell << "\" height=\""
-            << cell << "\" fill=\"rgb(" << shade << "," << shade << ",255)\""
+        svg << "<rect x=\"" << x0 + h * cell << "\" y=\"" << y0 + l * cell << "\" width=\"" << cell
+            << "\" height=\"" << cell << "\" fill=\"rgb(" << shade << "," << shade << ",255)\""
             << (selected ? " stroke=\"red\" stroke-width=\"1.5\"" : "") << "/>\n";
       }
     }
@@ -250,12 +269,15 @@ int main(int argc, char** argv) {
   score->add_option("--repeats", sa.repeats, "R of the probe")->capture_default_str();
   score->add_flag("--bos", sa.bos, "the probe starts with a BOS token");
   score->add_option("--probe", sa.probe_file, "probe.npy (needed for probes with duplicate ids)");
-  score->add_option("--q", sa.q_files, "post-RoPE queries [L, query heads, d] per layer, in layer order");
+  score->add_option("--q", sa.q_files,
+                    "post-RoPE queries [L, query heads, d] per layer, in layer order");
   score->add_option("--k", sa.k_files, "post-RoPE keys [L, kv heads, d] per layer, in layer order");
   score->add_option("--attn", sa.attn_files, "attention probabilities [heads, L, L] per layer");
   score->add_option("--scale", sa.scale, "softmax scale (default 1/sqrt(d))");
-  score->add_option("--subsample", sa.subsample, "score every K-th query row")->capture_default_str();
-  score->add_option("--kv-heads", sa.kv_heads, "kv heads of the model, for --attn dumps (default: no GQA)");
+  score->add_option("--subsample", sa.subsample, "score every K-th query row")
+      ->capture_default_str();
+  score->add_option("--kv-heads", sa.kv_heads,
+                    "kv heads of the model, for --attn dumps (default: no GQA)");
   score->add_option("--out", sa.out, "output scores.json")->required();
 
   select_args sel;
@@ -263,13 +285,21 @@ int main(int argc, char** argv) {
   select->add_option("--scores", sel.scores, "scores.json")->required();
   select->add_option("--induction-ratio", sel.induction_ratio)->capture_default_str();
   select->add_option("--echo-ratio", sel.echo_ratio)->capture_default_str();
-  select->add_option("--gqa", sel.gqa, "group score: sum, max or mean")->check(CLI::IsMember({"sum", "max", "mean"}))->capture_default_str();
-  select->add_option("--min-per-layer", sel.min_per_layer, "minimum retrieval groups per layer")->capture_default_str();
-  select->add_option("--head-dim", sel.head_dim, "head dimension of the model")->capture_default_str();
-  select->add_option("--format", sel.format, "razorkv or mindspore")->check(CLI::IsMember({"razorkv", "mindspore"}))->capture_default_str();
-  select->add_option("--budget-bytes", sel.memory.budget_bytes, "instead of the ratios: the K/V byte budget at --seq-len");
+  select->add_option("--gqa", sel.gqa, "group score: sum, max or mean")
+      ->check(CLI::IsMember({"sum", "max", "mean"}))
+      ->capture_default_str();
+  select->add_option("--min-per-layer", sel.min_per_layer, "minimum retrieval groups per layer")
+      ->capture_default_str();
+  select->add_option("--head-dim", sel.head_dim, "head dimension of the model")
+      ->capture_default_str();
+  select->add_option("--format", sel.format, "razorkv or mindspore")
+      ->check(CLI::IsMember({"razorkv", "mindspore"}))
+      ->capture_default_str();
+  select->add_option("--budget-bytes", sel.memory.budget_bytes,
+                     "instead of the ratios: the K/V byte budget at --seq-len");
   select->add_option("--seq-len", sel.memory.seq_len, "sequence length of --budget-bytes");
-  select->add_option("--dtype-bytes", sel.memory.dtype_bytes, "bytes per K/V element")->capture_default_str();
+  select->add_option("--dtype-bytes", sel.memory.dtype_bytes, "bytes per K/V element")
+      ->capture_default_str();
   select->add_option("--s0", sel.memory.budget.s0)->capture_default_str();
   select->add_option("--c", sel.memory.budget.c)->capture_default_str();
   select->add_option("--sinks", sel.memory.budget.sinks)->capture_default_str();
@@ -278,7 +308,8 @@ int main(int argc, char** argv) {
   ratio_args ra;
   auto* ratio = app.add_subcommand("ratio", "full vs RazorAttention KV bytes");
   std::string known;
-  for (const auto& p : razorkv::model_presets()) known += std::string(known.empty() ? "" : ", ") + p.name;
+  for (const auto& p : razorkv::model_presets())
+    known += std::string(known.empty() ? "" : ", ") + p.name;
   ratio->add_option("--model", ra.model, "preset: " + known);
   ratio->add_option("--layers", ra.shape.num_layers);
   ratio->add_option("--query-heads", ra.shape.num_query_heads);

@@ -137,8 +137,8 @@ inline model model::load(const std::string& path) {
   try {
     j = nlohmann::json::parse(meta->second);
   } catch (const nlohmann::json::exception& e) {
-    RAZORKV_CHECK(false, kParseError, "tiny_llama::load: \"config\" metadata is not JSON: ",
-                  e.what());
+    RAZORKV_CHECK(false, kParseError,
+                  "tiny_llama::load: \"config\" metadata is not JSON: ", e.what());
   }
   RAZORKV_CHECK(j.is_object(), kParseError,
                 "tiny_llama::load: \"config\" metadata is not an object");
@@ -297,14 +297,15 @@ inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_log
 }
 
 inline razorkv::prompt_kv<float> model::prompt_of(const prefill_state& state,
-                                                   index_t queries) const {
+                                                  index_t queries) const {
   const index_t kept = queries < 0 ? state.tokens : queries;
   RAZORKV_CHECK(kept <= state.tokens, kInvalidArgument, "tiny_llama::prompt_of: queries (", kept,
                 ") exceeds the prefill's ", state.tokens, " tokens");
   std::vector<razorkv::layer_sequence<float>> layers;
   for (index_t l = 0; l < cfg_.num_layers; ++l) {
-    layers.push_back({state.query_view(l, cfg_.num_q_heads).middle_tokens(state.tokens - kept, kept),
-                      state.key_view(l, cfg_.num_kv_heads), state.value_view(l, cfg_.num_kv_heads)});
+    layers.push_back(
+        {state.query_view(l, cfg_.num_q_heads).middle_tokens(state.tokens - kept, kept),
+         state.key_view(l, cfg_.num_kv_heads), state.value_view(l, cfg_.num_kv_heads)});
   }
   return razorkv::prompt_kv<float>(shape(), std::move(layers));
 }

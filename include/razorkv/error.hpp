@@ -88,22 +88,22 @@ RAZORKV_END_NAMESPACE
 
 /// Always-on precondition check at an API boundary: throws razorkv::error(code, message) where
 /// the message is the concatenation of the remaining arguments (streamed with operator<<).
-#define RAZORKV_CHECK(cond, code, ...)                                                        \
-  do {                                                                                        \
-    if (RAZORKV_UNLIKELY(!(cond))) {                                                          \
-      ::razorkv::detail::raise(::razorkv::errc::code, __FILE__, __LINE__, __VA_ARGS__);       \
-    }                                                                                         \
+#define RAZORKV_CHECK(cond, code, ...)                                                  \
+  do {                                                                                  \
+    if (RAZORKV_UNLIKELY(!(cond))) {                                                    \
+      ::razorkv::detail::raise(::razorkv::errc::code, __FILE__, __LINE__, __VA_ARGS__); \
+    }                                                                                   \
   } while (0)
 
 /// Hot-loop invariant; see RAZORKV_ENABLE_DASSERT in config.hpp.
 #if RAZORKV_ENABLE_DASSERT
-#define RAZORKV_DASSERT(cond)                                                                 \
-  do {                                                                                        \
-    if (RAZORKV_UNLIKELY(!(cond))) {                                                          \
-      std::fprintf(stderr, "razorkv: internal invariant failed: %s (%s:%d)\n", #cond,         \
-                   __FILE__, __LINE__);                                                       \
-      std::abort();                                                                           \
-    }                                                                                         \
+#define RAZORKV_DASSERT(cond)                                                                   \
+  do {                                                                                          \
+    if (RAZORKV_UNLIKELY(!(cond))) {                                                            \
+      std::fprintf(stderr, "razorkv: internal invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
+                   __LINE__);                                                                   \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)
 #else
 #define RAZORKV_DASSERT(cond) \

@@ -8,6 +8,7 @@
 #include "razorkv/core/any_view.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/eigen.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 
 #include "razorkv/cache/any_cache.hpp"
@@ -16,8 +17,10 @@
 #include "razorkv/cache/paged_view.hpp"
 
 #include "razorkv/compress/column_sums.hpp"
+#include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
+#include "razorkv/compress/window_rule.hpp"
 
 #include "razorkv/attention/decode.hpp"
 
@@ -26,7 +29,7 @@
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
 #include "razorkv/policies/policy.hpp"
-#include "razorkv/policies/razor_at_budget.hpp"
+#include "razorkv/policies/razor.hpp"
 #include "razorkv/policies/selected_cache.hpp"
 #include "razorkv/policies/snapkv.hpp"
 #include "razorkv/policies/streaming_llm.hpp"
@@ -37,10 +40,8 @@
 #include "razorkv/scoring/streaming_scorer.hpp"
 
 #include "razorkv/select/alibi.hpp"
-#include "razorkv/select/budget_selector.hpp"
-#include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/head_selector.hpp"
-#include "razorkv/select/kv_budget.hpp"
+#include "razorkv/select/memory_selector.hpp"
 
 // Not here, on purpose: razorkv/eval.hpp (the evaluation harness, needle tasks and synthetic
 // models: the razorkv::eval target), razorkv/attention/reference.hpp (the scalar oracle the

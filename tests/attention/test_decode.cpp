@@ -33,8 +33,10 @@ head_data<T> random_heads(index_t kv_heads, index_t tokens, index_t dim, std::mt
                           double key_stddev = 1.0) {
   head_data<T> data;
   for (index_t h = 0; h < kv_heads; ++h) {
-    data.keys.push_back(razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng, key_stddev));
-    data.values.push_back(razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng));
+    data.keys.push_back(
+        razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng, key_stddev));
+    data.values.push_back(
+        razorkv_test::random_values<T>(static_cast<std::size_t>(tokens * dim), rng));
   }
   return data;
 }
@@ -50,11 +52,15 @@ span_list_cache<T> split_at_random(const head_data<T>& data, index_t tokens, ind
     while (first < tokens) {
       const index_t remaining = tokens - first;
       // Mostly short spans (pages), sometimes everything that is left.
-      const index_t length = (rng() % 4 == 0) ? remaining
-                                              : 1 + static_cast<index_t>(rng() % static_cast<std::uint64_t>(std::min<index_t>(remaining, 40)));
+      const index_t length =
+          (rng() % 4 == 0)
+              ? remaining
+              : 1 + static_cast<index_t>(
+                        rng() % static_cast<std::uint64_t>(std::min<index_t>(remaining, 40)));
       const index_t padding = static_cast<index_t>(rng() % 3) * 3;
       cache.add_span(h, data.keys[static_cast<std::size_t>(h)].data() + first * dim,
-                     data.values[static_cast<std::size_t>(h)].data() + first * dim, length, 0.0f, padding);
+                     data.values[static_cast<std::size_t>(h)].data() + first * dim, length, 0.0f,
+                     padding);
       if (rng() % 5 == 0) cache.add_span(h, nullptr, nullptr, 0);  // empty spans are legal
       first += length;
     }
@@ -73,7 +79,8 @@ auto run_decode(const Cache& cache, const std::vector<TQ>& queries, index_t quer
                 const razorkv::attention_options& options = {}) {
   using TO = razorkv::accum_t<typename Cache::value_type>;
   const index_t dim = cache.head_dim();
-  std::vector<TO> out(static_cast<std::size_t>(query_heads * dim), std::numeric_limits<TO>::quiet_NaN());
+  std::vector<TO> out(static_cast<std::size_t>(query_heads * dim),
+                      std::numeric_limits<TO>::quiet_NaN());
   razorkv::decode_attention(cache, 0, matrix_view<const TQ>(queries.data(), query_heads, dim),
                             matrix_view<TO>(out.data(), query_heads, dim), options);
   return out;
@@ -101,19 +108,22 @@ TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
         const auto cache = split_at_random(data, tokens, dim, rng);
         const index_t query_heads = kv_heads * group;
         // Queries in the accumulation type of T, and once in T itself.
-        const auto queries = razorkv_test::random_values<Acc>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
+        const auto queries =
+            razorkv_test::random_values<Acc>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
         const auto expected = razorkv::reference::decode_attention(
             cache, 0, matrix_view<const Acc>(queries.data(), query_heads, dim));
         const auto got = run_decode(cache, queries, query_heads);
-        EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+        EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
+                  tolerance<T>(razorkv_test::max_abs(expected)));
 
         if (tokens == 17) {
           std::vector<T> narrow(queries.size());
           for (std::size_t i = 0; i < queries.size(); ++i) narrow[i] = static_cast<T>(queries[i]);
           const auto expected_narrow = razorkv::reference::decode_attention(
               cache, 0, matrix_view<const T>(narrow.data(), query_heads, dim));
-          EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
-                    tolerance<T>(razorkv_test::max_abs(expected_narrow)));
+          EXPECT_LE(
+              razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
+              tolerance<T>(razorkv_test::max_abs(expected_narrow)));
         }
       }
     }
@@ -150,15 +160,19 @@ TYPED_TEST(RazorkvDecode, LogWeightedTokenEqualsThatManyCopies) {
     std::vector<float> queries(static_cast<std::size_t>(group * dim));
     for (index_t g = 0; g < group; ++g)
       for (index_t c = 0; c < dim; ++c)
-        queries[static_cast<std::size_t>(g * dim + c)] = 0.3f * static_cast<float>(g) * static_cast<float>(token.keys[0][static_cast<std::size_t>(c)]);
+        queries[static_cast<std::size_t>(g * dim + c)] =
+            0.3f * static_cast<float>(g) *
+            static_cast<float>(token.keys[0][static_cast<std::size_t>(c)]);
     const auto got_weighted = run_decode(weighted, queries, group);
     const auto got_repeated = run_decode(repeated, queries, group);
     const auto expected = razorkv::reference::decode_attention(
         repeated, 0, matrix_view<const float>(queries.data(), group, dim));
     // ln(n) is rounded to float in the span; that is a relative weight error of ~n * 6e-8.
-    const double tol = tolerance<T>(razorkv_test::max_abs(expected)) + 1e-7 * static_cast<double>(copies);
+    const double tol =
+        tolerance<T>(razorkv_test::max_abs(expected)) + 1e-7 * static_cast<double>(copies);
     EXPECT_LE(razorkv_test::max_abs_diff(got_weighted, expected), tol);
-    EXPECT_LE(razorkv_test::max_abs_diff(got_repeated, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+    EXPECT_LE(razorkv_test::max_abs_diff(got_repeated, expected),
+              tolerance<T>(razorkv_test::max_abs(expected)));
   }
 }
 
@@ -168,19 +182,24 @@ TYPED_TEST(RazorkvDecode, HugeLogitsStayFiniteAndExact) {
   const index_t dim = 64, tokens = 300, group = 2;
   // Keys and queries of size ~100 give logits of order 1e4 at scale 1/8.
   const auto data = random_heads<T>(1, tokens, dim, rng, 100.0);
-  auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(group * dim), rng, 100.0);
+  auto queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(group * dim), rng, 100.0);
   for (int variant = 0; variant < 4; ++variant) {
     auto cache = split_at_random(data, tokens, dim, rng);
     if (variant >= 2) {
-      cache.add_span(0, data.keys[0].data(), data.values[0].data(), 3, -1.0e4f);  // all but excluded
-      cache.add_span(0, data.keys[0].data() + 3 * dim, data.values[0].data() + 3 * dim, 2, 1.0e4f);  // dominant
+      cache.add_span(0, data.keys[0].data(), data.values[0].data(), 3,
+                     -1.0e4f);  // all but excluded
+      cache.add_span(0, data.keys[0].data() + 3 * dim, data.values[0].data() + 3 * dim, 2,
+                     1.0e4f);  // dominant
     }
     for (auto& q : queries) q = -q;
-    const auto expected = razorkv::reference::decode_attention(cache, 0, matrix_view<const float>(queries.data(), group, dim));
+    const auto expected = razorkv::reference::decode_attention(
+        cache, 0, matrix_view<const float>(queries.data(), group, dim));
     const auto got = run_decode(cache, queries, group);
     // Logits near 1e4 carry absolute rounding ~1e4 * 6e-8 in float, so compare loosely.
     EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-              (std::is_same_v<T, double> ? 1e-9 : 5e-3) * std::fmax(1.0, razorkv_test::max_abs(expected)));
+              (std::is_same_v<T, double> ? 1e-9 : 5e-3) *
+                  std::fmax(1.0, razorkv_test::max_abs(expected)));
   }
 }
 
@@ -194,13 +213,16 @@ TYPED_TEST(RazorkvDecode, MultiQueryIsCausalAmongNewTokens) {
       const index_t total = prompt + fresh;
       const auto data = random_heads<T>(kv_heads, total, dim, rng);
       const auto cache = split_at_random(data, total, dim, rng);
-      const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(fresh * query_heads * dim), rng);
+      const auto queries = razorkv_test::random_values<float>(
+          static_cast<std::size_t>(fresh * query_heads * dim), rng);
       const auto view = layer_view<const float>::nhd(queries.data(), fresh, query_heads, dim);
       using TO = razorkv::accum_t<T>;
       std::vector<TO> out(queries.size(), std::numeric_limits<TO>::quiet_NaN());
-      razorkv::decode_attention_multi(cache, 0, view, layer_view<TO>::nhd(out.data(), fresh, query_heads, dim));
+      razorkv::decode_attention_multi(cache, 0, view,
+                                      layer_view<TO>::nhd(out.data(), fresh, query_heads, dim));
       const auto expected = razorkv::reference::decode_attention_multi(cache, 0, view);
-      EXPECT_LE(razorkv_test::max_abs_diff(out, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+      EXPECT_LE(razorkv_test::max_abs_diff(out, expected),
+                tolerance<T>(razorkv_test::max_abs(expected)));
 
       // Token t of the new ones sees exactly the cache truncated after itself.
       for (index_t t = 0; t < fresh; ++t) {
@@ -212,9 +234,11 @@ TYPED_TEST(RazorkvDecode, MultiQueryIsCausalAmongNewTokens) {
           prefix.values.emplace_back(v.begin(), v.begin() + (prompt + t + 1) * dim);
         }
         const auto truncated = split_at_random(prefix, prompt + t + 1, dim, rng);
-        std::vector<float> q_t(queries.begin() + t * query_heads * dim, queries.begin() + (t + 1) * query_heads * dim);
+        std::vector<float> q_t(queries.begin() + t * query_heads * dim,
+                               queries.begin() + (t + 1) * query_heads * dim);
         const auto single = run_decode(truncated, q_t, query_heads);
-        std::vector<TO> out_t(out.begin() + t * query_heads * dim, out.begin() + (t + 1) * query_heads * dim);
+        std::vector<TO> out_t(out.begin() + t * query_heads * dim,
+                              out.begin() + (t + 1) * query_heads * dim);
         EXPECT_LE(razorkv_test::max_abs_diff(out_t, single), tolerance<T>(1.0));
       }
     }
@@ -226,14 +250,17 @@ TEST(RazorkvDecode, StridedQueriesAndOutputInPlace) {
   const index_t kv_heads = 4, group = 2, dim = 128, tokens = 333, query_heads = kv_heads * group;
   razorkv::dense_kv_cache<Eigen::bfloat16> cache(3, kv_heads, dim);
   for (index_t layer = 0; layer < 3; ++layer) {
-    const auto k = razorkv_test::random_values<Eigen::bfloat16>(static_cast<std::size_t>(tokens * kv_heads * dim), rng);
+    const auto k = razorkv_test::random_values<Eigen::bfloat16>(
+        static_cast<std::size_t>(tokens * kv_heads * dim), rng);
     const auto v = razorkv_test::random_values<Eigen::bfloat16>(k.size(), rng);
     cache.append(layer, layer_view<const Eigen::bfloat16>::nhd(k.data(), tokens, kv_heads, dim),
                  layer_view<const Eigen::bfloat16>::nhd(v.data(), tokens, kv_heads, dim));
   }
   const index_t stride = dim + 16;
-  auto buffer = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * stride), rng);
-  const auto expected = razorkv::reference::decode_attention(cache, 2, matrix_view<const float>(buffer.data(), query_heads, dim, stride));
+  auto buffer =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * stride), rng);
+  const auto expected = razorkv::reference::decode_attention(
+      cache, 2, matrix_view<const float>(buffer.data(), query_heads, dim, stride));
   const std::vector<float> padding_before(buffer.begin(), buffer.end());
   // Output written over the queries it reads (a mutable view is accepted for the queries).
   const matrix_view<float> in_place(buffer.data(), query_heads, dim, stride);
@@ -242,17 +269,21 @@ TEST(RazorkvDecode, StridedQueriesAndOutputInPlace) {
   for (index_t h = 0; h < query_heads; ++h) {
     got.insert(got.end(), buffer.begin() + h * stride, buffer.begin() + h * stride + dim);
     for (index_t c = dim; c < stride && h + 1 < query_heads; ++c) {
-      ASSERT_EQ(buffer[static_cast<std::size_t>(h * stride + c)], padding_before[static_cast<std::size_t>(h * stride + c)])
+      ASSERT_EQ(buffer[static_cast<std::size_t>(h * stride + c)],
+                padding_before[static_cast<std::size_t>(h * stride + c)])
           << "wrote into row padding";
     }
   }
-  EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<float>(razorkv_test::max_abs(expected)));
+  EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
+            tolerance<float>(razorkv_test::max_abs(expected)));
 
   // Half-precision output.
   std::vector<Eigen::half> half_out(static_cast<std::size_t>(query_heads * dim));
-  razorkv::decode_attention(cache, 2, matrix_view<const float>(padding_before.data(), query_heads, dim, stride),
-                            matrix_view<Eigen::half>(half_out.data(), query_heads, dim));
-  EXPECT_LE(razorkv_test::max_abs_diff(half_out, expected), 2e-3 * std::fmax(1.0, razorkv_test::max_abs(expected)));
+  razorkv::decode_attention(
+      cache, 2, matrix_view<const float>(padding_before.data(), query_heads, dim, stride),
+      matrix_view<Eigen::half>(half_out.data(), query_heads, dim));
+  EXPECT_LE(razorkv_test::max_abs_diff(half_out, expected),
+            2e-3 * std::fmax(1.0, razorkv_test::max_abs(expected)));
 }
 
 TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
@@ -260,7 +291,8 @@ TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
   const index_t kv_heads = 8, group = 4, dim = 64, tokens = 500, query_heads = kv_heads * group;
   const auto data = random_heads<float>(kv_heads, tokens, dim, rng);
   const auto cache = split_at_random(data, tokens, dim, rng);
-  const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
+  const auto queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
   const auto serial = run_decode(cache, queries, query_heads);
 
   std::atomic<int> calls{0};
@@ -268,8 +300,18 @@ TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
   options.parallel_for = [&](index_t count, const std::function<void(index_t)>& body) {
     // Two threads of the caller's, taking tasks from both ends.
     std::vector<std::atomic<int>> seen(static_cast<std::size_t>(count));
-    std::thread low([&] { for (index_t i = 0; i < count; i += 2) { body(i); ++seen[static_cast<std::size_t>(i)]; } });
-    std::thread high([&] { for (index_t i = 1; i < count; i += 2) { body(i); ++seen[static_cast<std::size_t>(i)]; } });
+    std::thread low([&] {
+      for (index_t i = 0; i < count; i += 2) {
+        body(i);
+        ++seen[static_cast<std::size_t>(i)];
+      }
+    });
+    std::thread high([&] {
+      for (index_t i = 1; i < count; i += 2) {
+        body(i);
+        ++seen[static_cast<std::size_t>(i)];
+      }
+    });
     low.join();
     high.join();
     for (auto& s : seen) EXPECT_EQ(s.load(), 1);
@@ -277,7 +319,8 @@ TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
   };
   const auto threaded = run_decode(cache, queries, query_heads, options);
   EXPECT_EQ(calls.load(), 1);
-  EXPECT_EQ(razorkv_test::max_abs_diff(serial, threaded), 0.0) << "the result must not depend on scheduling";
+  EXPECT_EQ(razorkv_test::max_abs_diff(serial, threaded), 0.0)
+      << "the result must not depend on scheduling";
 }
 
 TEST(RazorkvDecode, ExplicitScaleIsUsed) {
@@ -289,8 +332,10 @@ TEST(RazorkvDecode, ExplicitScaleIsUsed) {
   for (double scale : {0.0, 0.5, -0.25}) {
     razorkv::attention_options options;
     options.scale = scale;
-    const auto expected = razorkv::reference::decode_attention(cache, 0, matrix_view<const float>(queries.data(), 1, dim), scale);
-    EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, queries, 1, options), expected), tolerance<float>(1.0));
+    const auto expected = razorkv::reference::decode_attention(
+        cache, 0, matrix_view<const float>(queries.data(), 1, dim), scale);
+    EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, queries, 1, options), expected),
+              tolerance<float>(1.0));
   }
 }
 
@@ -313,17 +358,21 @@ TYPED_TEST(RazorkvDecode, SplittingLongHeadsAcrossTasksMatchesReference) {
       auto cache = split_at_random(data, tokens, dim, rng);
       const auto token = random_heads<T>(kv_heads, 1, dim, rng);
       for (index_t h = 0; h < kv_heads; ++h) {  // a compensation-like token, then the rest
-        cache.add_span(h, token.keys[static_cast<std::size_t>(h)].data(), token.values[static_cast<std::size_t>(h)].data(), 1, 4.5f);
+        cache.add_span(h, token.keys[static_cast<std::size_t>(h)].data(),
+                       token.values[static_cast<std::size_t>(h)].data(), 1, 4.5f);
       }
       const index_t new_tokens = 3;
-      const auto queries = razorkv_test::random_values<Acc>(static_cast<std::size_t>(new_tokens * query_heads * dim), rng, 2.0);
+      const auto queries = razorkv_test::random_values<Acc>(
+          static_cast<std::size_t>(new_tokens * query_heads * dim), rng, 2.0);
       const auto q = layer_view<const Acc>::nhd(queries.data(), new_tokens, query_heads, dim);
       const auto expected = razorkv::reference::decode_attention_multi(cache, 0, q);
       std::vector<Acc> got(expected.size());
       razorkv::attention_options options;
       options.max_entries_per_task = per_task;
-      razorkv::decode_attention_multi(cache, 0, q, layer_view<Acc>::nhd(got.data(), new_tokens, query_heads, dim), options);
-      EXPECT_LE(razorkv_test::max_abs_diff(got, expected), tolerance<T>(razorkv_test::max_abs(expected)));
+      razorkv::decode_attention_multi(
+          cache, 0, q, layer_view<Acc>::nhd(got.data(), new_tokens, query_heads, dim), options);
+      EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
+                tolerance<T>(razorkv_test::max_abs(expected)));
     }
   }
 }
@@ -331,15 +380,18 @@ TYPED_TEST(RazorkvDecode, SplittingLongHeadsAcrossTasksMatchesReference) {
 TEST(RazorkvDecode, NegativeEntriesPerTaskIsAnError) {
   razorkv::dense_kv_cache<float> cache(1, 1, 4, 4);
   const std::vector<float> kv(4, 1.0f);
-  cache.append(0, layer_view<const float>::nhd(kv.data(), 1, 1, 4), layer_view<const float>::nhd(kv.data(), 1, 1, 4));
+  cache.append(0, layer_view<const float>::nhd(kv.data(), 1, 1, 4),
+               layer_view<const float>::nhd(kv.data(), 1, 1, 4));
   std::vector<float> q(4, 1.0f), out(4, -7.0f);
   razorkv::attention_options options;
   options.max_entries_per_task = -1;
   try {
-    razorkv::decode_attention(cache, 0, matrix_view<const float>(q.data(), 1, 4), matrix_view<float>(out.data(), 1, 4), options);
+    razorkv::decode_attention(cache, 0, matrix_view<const float>(q.data(), 1, 4),
+                              matrix_view<float>(out.data(), 1, 4), options);
     ADD_FAILURE() << "expected an error";
   } catch (const razorkv::error& e) {
-    EXPECT_NE(std::string(e.what()).find("max_entries_per_task (-1)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_entries_per_task (-1)"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(out[0], -7.0f);
 }

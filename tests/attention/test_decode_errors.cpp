@@ -50,7 +50,8 @@ TEST_F(RazorkvDecodeErrors, EmptyCache) {
   RAZORKV_EXPECT_ERROR(razorkv::decode_attention(empty, 0, q(), o()), kInvalidArgument,
                        "layer 0 kv head 0 holds 0 entries");
   // Layer 1 of the filled cache has had no append yet.
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 1, q(), o()), kInvalidArgument, "holds 0 entries");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 1, q(), o()), kInvalidArgument,
+                       "holds 0 entries");
   expect_out_untouched();
 }
 
@@ -58,14 +59,16 @@ TEST_F(RazorkvDecodeErrors, MoreNewTokensThanEntries) {
   std::vector<float> many(static_cast<std::size_t>(11 * kQueryHeads * kDim), 1.0f);
   std::vector<float> many_out(many.size(), 42.0f);
   RAZORKV_EXPECT_ERROR(
-      razorkv::decode_attention_multi(cache, 0, layer_view<const float>::nhd(many.data(), 11, kQueryHeads, kDim),
-                                      layer_view<float>::nhd(many_out.data(), 11, kQueryHeads, kDim)),
+      razorkv::decode_attention_multi(
+          cache, 0, layer_view<const float>::nhd(many.data(), 11, kQueryHeads, kDim),
+          layer_view<float>::nhd(many_out.data(), 11, kQueryHeads, kDim)),
       kInvalidArgument, "holds 10 entries, fewer than the 11 new token(s)");
   for (float x : many_out) ASSERT_EQ(x, 42.0f);
 }
 
 TEST_F(RazorkvDecodeErrors, MismatchedShapes) {
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(kQueryHeads / 2, kDim * 2), o(kQueryHeads / 2, kDim * 2)),
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(kQueryHeads / 2, kDim * 2),
+                                                 o(kQueryHeads / 2, kDim * 2)),
                        kShapeMismatch, "queries.head_dim() (128) != cache.head_dim() (64)");
   RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(), o(kQueryHeads / 2)), kShapeMismatch,
                        "out is [4, 64], queries are [8, 64]");
@@ -79,25 +82,31 @@ TEST_F(RazorkvDecodeErrors, MismatchedShapes) {
 }
 
 TEST_F(RazorkvDecodeErrors, LayerOutOfRange) {
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 2, q(), o()), kOutOfRange, "layer (2) outside [0, 2)");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 2, q(), o()), kOutOfRange,
+                       "layer (2) outside [0, 2)");
   RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, -1, q(), o()), kOutOfRange, "layer (-1)");
   expect_out_untouched();
 }
 
 TEST_F(RazorkvDecodeErrors, ZeroOrNegativeDimsAndNullData) {
-  RAZORKV_EXPECT_ERROR(matrix_view<const float>(queries.data(), kQueryHeads, 0), kInvalidArgument, "cols (0)");
-  RAZORKV_EXPECT_ERROR(matrix_view<const float>(queries.data(), -8, kDim), kInvalidArgument, "rows (-8)");
+  RAZORKV_EXPECT_ERROR(matrix_view<const float>(queries.data(), kQueryHeads, 0), kInvalidArgument,
+                       "cols (0)");
+  RAZORKV_EXPECT_ERROR(matrix_view<const float>(queries.data(), -8, kDim), kInvalidArgument,
+                       "rows (-8)");
   RAZORKV_EXPECT_ERROR(matrix_view<const float>(nullptr, kQueryHeads, kDim), kInvalidArgument,
                        "data is null with rows (8)");
-  RAZORKV_EXPECT_ERROR(razorkv::dense_kv_cache<float>(1, 4, -64), kInvalidArgument, "head_dim (-64)");
+  RAZORKV_EXPECT_ERROR(razorkv::dense_kv_cache<float>(1, 4, -64), kInvalidArgument,
+                       "head_dim (-64)");
 }
 
 TEST_F(RazorkvDecodeErrors, NonFiniteScale) {
   razorkv::attention_options options;
   options.scale = std::numeric_limits<double>::quiet_NaN();
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(), o(), options), kInvalidArgument, "scale (nan)");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(), o(), options), kInvalidArgument,
+                       "scale (nan)");
   options.scale = std::numeric_limits<double>::infinity();
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(), o(), options), kInvalidArgument, "scale (inf)");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q(), o(), options), kInvalidArgument,
+                       "scale (inf)");
   expect_out_untouched();
 }
 
@@ -112,8 +121,8 @@ struct broken_cache {
   index_t head_dim() const { return 64; }
   index_t num_spans(index_t, index_t) const { return 1; }
   razorkv::kv_span<float> span(index_t, index_t, index_t) const {
-    return {matrix_view<const float>(storage.data(), 4, 64), matrix_view<const float>(storage.data(), value_rows, 64),
-            log_weight};
+    return {matrix_view<const float>(storage.data(), 4, 64),
+            matrix_view<const float>(storage.data(), value_rows, 64), log_weight};
   }
   void append(index_t, layer_view<const float>, layer_view<const float>) {}
 };
@@ -124,7 +133,8 @@ TEST_F(RazorkvDecodeErrors, MalformedSpansFromACustomCache) {
                        "has keys [4, 64] and values [3, 64]");
   broken.value_rows = 4;
   broken.log_weight = std::numeric_limits<float>::quiet_NaN();
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(broken, 0, q(2), o(2)), kInvalidArgument, "log_weight (nan)");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(broken, 0, q(2), o(2)), kInvalidArgument,
+                       "log_weight (nan)");
   expect_out_untouched();
 }
 
@@ -133,20 +143,25 @@ TEST_F(RazorkvDecodeErrors, MalformedSpansFromACustomCache) {
 TEST(RazorkvDecodeFinite, UncheckedPropagatesCheckedNamesTheValue) {
   const index_t dim = 8, kv_heads = 2, query_heads = 4, tokens = 6;
   std::mt19937_64 rng(4);
-  auto keys = razorkv_test::random_values<float>(static_cast<std::size_t>(tokens * kv_heads * dim), rng);
+  auto keys =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(tokens * kv_heads * dim), rng);
   const auto values = razorkv_test::random_values<float>(keys.size(), rng);
-  keys[static_cast<std::size_t>((3 * kv_heads + 1) * dim + 5)] = std::numeric_limits<float>::quiet_NaN();  // token 3, kv head 1
+  keys[static_cast<std::size_t>((3 * kv_heads + 1) * dim + 5)] =
+      std::numeric_limits<float>::quiet_NaN();  // token 3, kv head 1
   razorkv::dense_kv_cache<float> cache(1, kv_heads, dim);
   cache.append(0, layer_view<const float>::nhd(keys.data(), tokens, kv_heads, dim),
                layer_view<const float>::nhd(values.data(), tokens, kv_heads, dim));
-  std::vector<float> queries = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
+  std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
   std::vector<float> out(queries.size(), 7.0f);
   const matrix_view<const float> q(queries.data(), query_heads, dim);
   const matrix_view<float> o(out.data(), query_heads, dim);
 
-  razorkv::decode_attention(cache, 0, q, o);  // unchecked: kv head 0's query heads are untouched by the NaN
+  razorkv::decode_attention(cache, 0, q,
+                            o);  // unchecked: kv head 0's query heads are untouched by the NaN
   for (index_t h = 0; h < query_heads; ++h) {
-    for (index_t c = 0; c < dim; ++c) EXPECT_EQ(std::isfinite(out[static_cast<std::size_t>(h * dim + c)]), h < 2);
+    for (index_t c = 0; c < dim; ++c)
+      EXPECT_EQ(std::isfinite(out[static_cast<std::size_t>(h * dim + c)]), h < 2);
   }
 
   razorkv::attention_options checked;

@@ -16,7 +16,9 @@ using razorkv::dense_kv_cache;
 using razorkv::index_t;
 using razorkv::layer_view;
 
-float tag(index_t t, index_t h, index_t d) { return static_cast<float>((t * 5 + h * 17 + d) % 241); }
+float tag(index_t t, index_t h, index_t d) {
+  return static_cast<float>((t * 5 + h * 17 + d) % 241);
+}
 
 // [tokens, heads, dim] NHD source with token t of the sequence at `first + t`.
 template <class T>
@@ -24,7 +26,8 @@ std::vector<T> nhd_tokens(index_t first, index_t tokens, index_t heads, index_t 
   std::vector<T> out(static_cast<std::size_t>(tokens * heads * dim));
   for (index_t t = 0; t < tokens; ++t)
     for (index_t h = 0; h < heads; ++h)
-      for (index_t d = 0; d < dim; ++d) out[static_cast<std::size_t>((t * heads + h) * dim + d)] = T(sign * tag(first + t, h, d));
+      for (index_t d = 0; d < dim; ++d)
+        out[static_cast<std::size_t>((t * heads + h) * dim + d)] = T(sign * tag(first + t, h, d));
   return out;
 }
 
@@ -65,7 +68,7 @@ TYPED_TEST(RazorkvDenseCache, AppendsTokenByTokenAndInChunksThroughGrowth) {
     EXPECT_GE(cache.capacity(1), held);
   }
   expect_holds(cache, 0, 0);  // layers are independent
-  EXPECT_EQ(cache.size_bytes(), 2 * held * heads * dim * static_cast<index_t>(sizeof(T)));
+  EXPECT_EQ(cache.kv_bytes(), 2 * held * heads * dim * static_cast<index_t>(sizeof(T)));
 }
 
 TYPED_TEST(RazorkvDenseCache, AppendsFromHndAndPaddedSources) {
@@ -132,7 +135,8 @@ TEST(RazorkvDenseCache, BadInputIsANamedErrorAndChangesNothing) {
 
 TEST(RazorkvDenseCache, ImpossibleCapacityIsAnOverflowError) {
   dense_kv_cache<float> cache(1, 1024, 1024);
-  RAZORKV_EXPECT_ERROR(cache.reserve(std::numeric_limits<index_t>::max() / 2), kOverflow, "overflows");
+  RAZORKV_EXPECT_ERROR(cache.reserve(std::numeric_limits<index_t>::max() / 2), kOverflow,
+                       "overflows");
   EXPECT_EQ(cache.capacity(0), 0);
 }
 

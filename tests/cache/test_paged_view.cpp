@@ -35,13 +35,19 @@ struct paged_sequence {
   index_t layers, kv_heads, dim, page_size, tokens, pool_pages;
   bool hnd;
   std::vector<std::vector<T>> dense_keys, dense_values;  // [layer][tokens * kv_heads * dim], NHD
-  std::vector<std::vector<T>> pool_keys, pool_values;    // [layer][pool_pages * page_size * kv_heads * dim]
+  std::vector<std::vector<T>> pool_keys,
+      pool_values;  // [layer][pool_pages * page_size * kv_heads * dim]
   std::vector<std::int32_t> table;
   std::vector<page_pool_view<const T>> key_pools, value_pools;
 
-  paged_sequence(index_t layers_, index_t kv_heads_, index_t dim_, index_t page_size_, index_t tokens_,
-                 bool hnd_, std::mt19937_64& rng)
-      : layers(layers_), kv_heads(kv_heads_), dim(dim_), page_size(page_size_), tokens(tokens_), hnd(hnd_) {
+  paged_sequence(index_t layers_, index_t kv_heads_, index_t dim_, index_t page_size_,
+                 index_t tokens_, bool hnd_, std::mt19937_64& rng)
+      : layers(layers_),
+        kv_heads(kv_heads_),
+        dim(dim_),
+        page_size(page_size_),
+        tokens(tokens_),
+        hnd(hnd_) {
     const index_t used = (tokens + page_size - 1) / page_size;
     pool_pages = used + 3;
     std::vector<std::int32_t> pages(static_cast<std::size_t>(pool_pages));
@@ -77,17 +83,20 @@ struct paged_sequence {
                : page_pool_view<const T>::nhd(data, pool_pages, page_size, kv_heads, dim);
   }
   index_t element(index_t page, index_t t, index_t h) const {
-    return page * page_size * kv_heads * dim + (hnd ? (h * page_size + t) * dim : (t * kv_heads + h) * dim);
+    return page * page_size * kv_heads * dim +
+           (hnd ? (h * page_size + t) * dim : (t * kv_heads + h) * dim);
   }
   paged_kv_view<T> view() const {
     return paged_kv_view<T>(key_pools.data(), value_pools.data(), layers, table.data(),
                             static_cast<index_t>(table.size()), tokens);
   }
   layer_view<const T> keys(index_t l) const {
-    return layer_view<const T>::nhd(dense_keys[static_cast<std::size_t>(l)].data(), tokens, kv_heads, dim);
+    return layer_view<const T>::nhd(dense_keys[static_cast<std::size_t>(l)].data(), tokens,
+                                    kv_heads, dim);
   }
   layer_view<const T> values(index_t l) const {
-    return layer_view<const T>::nhd(dense_values[static_cast<std::size_t>(l)].data(), tokens, kv_heads, dim);
+    return layer_view<const T>::nhd(dense_values[static_cast<std::size_t>(l)].data(), tokens,
+                                    kv_heads, dim);
   }
   razorkv::dense_kv_cache<T> dense() const {
     razorkv::dense_kv_cache<T> cache(layers, kv_heads, dim, tokens);
@@ -114,17 +123,21 @@ TYPED_TEST(PagedViewTest, DecodeReadsShuffledPagesAsTheDenseSequence) {
       const razorkv::dense_kv_cache<T> dense = seq.dense();
       EXPECT_EQ(razorkv::held_kv_bytes(paged), razorkv::held_kv_bytes(dense));
       for (index_t layer = 0; layer < 2; ++layer) {
-        const std::vector<float> queries = razorkv_test::random_values<float>(
-            static_cast<std::size_t>(query_heads * dim), rng);
+        const std::vector<float> queries =
+            razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
         const razorkv::matrix_view<const float> q(queries.data(), query_heads, dim);
         std::vector<float> from_pages(queries.size()), from_dense(queries.size());
-        razorkv::decode_attention(paged, layer, q, razorkv::matrix_view<float>(from_pages.data(), query_heads, dim));
-        razorkv::decode_attention(dense, layer, q, razorkv::matrix_view<float>(from_dense.data(), query_heads, dim));
+        razorkv::decode_attention(paged, layer, q,
+                                  razorkv::matrix_view<float>(from_pages.data(), query_heads, dim));
+        razorkv::decode_attention(dense, layer, q,
+                                  razorkv::matrix_view<float>(from_dense.data(), query_heads, dim));
         const std::vector<double> want = razorkv::reference::decode_attention(dense, layer, q);
         // The outputs are float whatever the storage dtype.
-        const double tolerance = 64 * razorkv_test::accum_epsilon<float>() * std::sqrt(static_cast<double>(shape[3]));
+        const double tolerance =
+            64 * razorkv_test::accum_epsilon<float>() * std::sqrt(static_cast<double>(shape[3]));
         EXPECT_LE(razorkv_test::max_abs_diff(from_pages, want), tolerance)
-            << (hnd ? "HND" : "NHD") << " kv_heads " << kv_heads << " dim " << dim << " page " << shape[2];
+            << (hnd ? "HND" : "NHD") << " kv_heads " << kv_heads << " dim " << dim << " page "
+            << shape[2];
         EXPECT_LE(razorkv_test::max_abs_diff(from_pages, from_dense), tolerance);
       }
     }
@@ -155,8 +168,10 @@ TYPED_TEST(PagedViewTest, RazorCompressionFromPagesEqualsCompressionFromTheDense
           EXPECT_EQ(a.log_weight, b.log_weight);
           for (index_t r = 0; r < a.length(); ++r) {
             for (index_t c = 0; c < 32; ++c) {
-              EXPECT_EQ(razorkv_test::to_double(a.keys(r, c)), razorkv_test::to_double(b.keys(r, c)));
-              EXPECT_EQ(razorkv_test::to_double(a.values(r, c)), razorkv_test::to_double(b.values(r, c)));
+              EXPECT_EQ(razorkv_test::to_double(a.keys(r, c)),
+                        razorkv_test::to_double(b.keys(r, c)));
+              EXPECT_EQ(razorkv_test::to_double(a.values(r, c)),
+                        razorkv_test::to_double(b.values(r, c)));
             }
           }
         }
@@ -190,17 +205,18 @@ TEST(PagedView, BadPoolsAndTablesAreErrorsNamingTheArgument) {
   table[1] = 3;  // in range for layer 0's pools, not for layer 1's 2-page value pool
   RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, mixed, 2, table.data(), 3, 17)), kOutOfRange,
                        "page_table[0] (3)");
-  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, mismatched, 2, table.data(), 3, 17)), kShapeMismatch,
-                       "value_pools[1]");
-  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 0, table.data(), 3, 17)), kInvalidArgument,
-                       "num_layers (0)");
-  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(nullptr, pools, 2, table.data(), 3, 17)), kInvalidArgument,
-                       "key_pools");
-  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, nullptr, 3, 17)), kInvalidArgument, "page_table");
-  RAZORKV_EXPECT_ERROR((page_pool_view<const float>::nhd(memory.data(), 4, 0, 2, 16)), kInvalidArgument,
-                       "page_size (0)");
-  RAZORKV_EXPECT_ERROR((page_pool_view<const float>(memory.data(), 4, 8, 2, 16, 256, 8, 16)), kInvalidArgument,
-                       "token_stride (8)");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, mismatched, 2, table.data(), 3, 17)),
+                       kShapeMismatch, "value_pools[1]");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 0, table.data(), 3, 17)),
+                       kInvalidArgument, "num_layers (0)");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(nullptr, pools, 2, table.data(), 3, 17)),
+                       kInvalidArgument, "key_pools");
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, pools, 2, nullptr, 3, 17)), kInvalidArgument,
+                       "page_table");
+  RAZORKV_EXPECT_ERROR((page_pool_view<const float>::nhd(memory.data(), 4, 0, 2, 16)),
+                       kInvalidArgument, "page_size (0)");
+  RAZORKV_EXPECT_ERROR((page_pool_view<const float>(memory.data(), 4, 8, 2, 16, 256, 8, 16)),
+                       kInvalidArgument, "token_stride (8)");
 
   table = {3, 0, 1};
   const paged_kv_view<float> view(pools, pools, 2, table.data(), 3, 17);
@@ -210,9 +226,10 @@ TEST(PagedView, BadPoolsAndTablesAreErrorsNamingTheArgument) {
   RAZORKV_EXPECT_ERROR(view.span(0, 0, 3), kOutOfRange, "span (3)");
   // Decode rejects what it cannot read, before writing anything.
   std::vector<float> q(4 * 16, 1.0f), out(4 * 16, 7.0f);
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(view, 2, razorkv::matrix_view<const float>(q.data(), 4, 16),
-                                                 razorkv::matrix_view<float>(out.data(), 4, 16)),
-                       kOutOfRange, "layer (2)");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::decode_attention(view, 2, razorkv::matrix_view<const float>(q.data(), 4, 16),
+                                razorkv::matrix_view<float>(out.data(), 4, 16)),
+      kOutOfRange, "layer (2)");
   EXPECT_EQ(out[0], 7.0f);
 }
 

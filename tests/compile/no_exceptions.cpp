@@ -2,10 +2,10 @@
 // razorkv message and aborts (caught here with a SIGABRT handler so that ctest sees it).
 #include <razorkv/razorkv.hpp>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <vector>
 
 #if !RAZORKV_NO_EXCEPTIONS

@@ -26,12 +26,16 @@ TYPED_TEST(RazorkvColumnSums, KernelMatchesReferenceBitForBit) {
     for (index_t rows : {0, 1, 3, 16, 17, 40}) {
       for (index_t padding : {0, 5}) {
         const index_t stride = dim + padding;
-        std::vector<T> data = razorkv_test::random_values<T>(static_cast<std::size_t>(std::max<index_t>(rows, 1) * stride), rng, 3.0);
+        std::vector<T> data = razorkv_test::random_values<T>(
+            static_cast<std::size_t>(std::max<index_t>(rows, 1) * stride), rng, 3.0);
         // Padding is NaN: the kernel must never read it.
         for (index_t r = 0; r < rows; ++r)
-          for (index_t c = dim; c < stride; ++c) data[static_cast<std::size_t>(r * stride + c)] = T(std::numeric_limits<float>::quiet_NaN());
-        const matrix_view<const T> view = rows == 0 ? matrix_view<const T>(nullptr, 0, dim)
-                                                    : matrix_view<const T>(data.data(), rows, dim, stride);
+          for (index_t c = dim; c < stride; ++c)
+            data[static_cast<std::size_t>(r * stride + c)] =
+                T(std::numeric_limits<float>::quiet_NaN());
+        const matrix_view<const T> view =
+            rows == 0 ? matrix_view<const T>(nullptr, 0, dim)
+                      : matrix_view<const T>(data.data(), rows, dim, stride);
         std::vector<double> fast(static_cast<std::size_t>(dim), 0.5), slow(fast);
         razorkv::detail::add_rows_to_sums(view, fast.data());
         razorkv::reference::add_rows_to_sums(view, slow.data());
@@ -48,13 +52,17 @@ TYPED_TEST(RazorkvColumnSums, SplittingRowsIntoCallsGivesTheSameBits) {
   using T = TypeParam;
   std::mt19937_64 rng(12);
   const index_t dim = 37, rows = 101;
-  const std::vector<T> data = razorkv_test::random_values<T>(static_cast<std::size_t>(rows * dim), rng);
+  const std::vector<T> data =
+      razorkv_test::random_values<T>(static_cast<std::size_t>(rows * dim), rng);
   const matrix_view<const T> all(data.data(), rows, dim);
-  std::vector<double> at_once(static_cast<std::size_t>(dim), 0.0), one_by_one(at_once), in_chunks(at_once);
+  std::vector<double> at_once(static_cast<std::size_t>(dim), 0.0), one_by_one(at_once),
+      in_chunks(at_once);
   razorkv::detail::add_rows_to_sums(all, at_once.data());
-  for (index_t r = 0; r < rows; ++r) razorkv::detail::add_rows_to_sums(all.middle_rows(r, 1), one_by_one.data());
+  for (index_t r = 0; r < rows; ++r)
+    razorkv::detail::add_rows_to_sums(all.middle_rows(r, 1), one_by_one.data());
   for (index_t r = 0; r < rows; r += 13) {
-    razorkv::detail::add_rows_to_sums(all.middle_rows(r, std::min<index_t>(13, rows - r)), in_chunks.data());
+    razorkv::detail::add_rows_to_sums(all.middle_rows(r, std::min<index_t>(13, rows - r)),
+                                      in_chunks.data());
   }
   EXPECT_EQ(at_once, one_by_one);
   EXPECT_EQ(at_once, in_chunks);

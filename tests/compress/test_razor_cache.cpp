@@ -31,8 +31,12 @@ template <class T>
 struct layer_tokens {
   index_t tokens, heads, dim;
   std::vector<T> keys, values;
-  layer_view<const T> key_view(index_t first = 0, index_t count = -1) const { return slice(keys, first, count); }
-  layer_view<const T> value_view(index_t first = 0, index_t count = -1) const { return slice(values, first, count); }
+  layer_view<const T> key_view(index_t first = 0, index_t count = -1) const {
+    return slice(keys, first, count);
+  }
+  layer_view<const T> value_view(index_t first = 0, index_t count = -1) const {
+    return slice(values, first, count);
+  }
   layer_view<const T> slice(const std::vector<T>& data, index_t first, index_t count) const {
     if (count < 0) count = tokens - first;
     return layer_view<const T>::nhd(data.data() + first * heads * dim, count, heads, dim);
@@ -84,8 +88,10 @@ std::vector<entry> entries_of(const Cache& cache, index_t layer, index_t h) {
 template <class T>
 void expect_row(const entry& got, const T* key, const T* value, index_t dim, const char* what) {
   for (index_t c = 0; c < dim; ++c) {
-    ASSERT_EQ(got.key[static_cast<std::size_t>(c)], to_double(key[c])) << what << " key column " << c;
-    ASSERT_EQ(got.value[static_cast<std::size_t>(c)], to_double(value[c])) << what << " value column " << c;
+    ASSERT_EQ(got.key[static_cast<std::size_t>(c)], to_double(key[c]))
+        << what << " key column " << c;
+    ASSERT_EQ(got.value[static_cast<std::size_t>(c)], to_double(value[c]))
+        << what << " value column " << c;
   }
 }
 
@@ -118,7 +124,8 @@ TYPED_TEST(RazorkvRazorCache, KeepsSinksWindowAndOneCompensationToken) {
   const std::vector<layer_tokens<T>> layers = {random_tokens<T>(tokens, heads, dim, rng)};
   const dense_kv_cache<T> dense = dense_of(layers);
   const head_plan plan = plan_with(1, 6, heads, dim, {{0, 1}});
-  for (compensation_mode mode : {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
+  for (compensation_mode mode :
+       {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
     SCOPED_TRACE(razorkv::compensation_mode_name(mode));
     razor_config config;
     config.sinks = 3;
@@ -132,7 +139,9 @@ TYPED_TEST(RazorkvRazorCache, KeepsSinksWindowAndOneCompensationToken) {
     // Retrieval head: one span, bit-identical to the dense cache.
     const auto full = entries_of(cache, 0, 1);
     ASSERT_EQ(static_cast<index_t>(full.size()), tokens);
-    for (index_t t = 0; t < tokens; ++t) expect_row(full[static_cast<std::size_t>(t)], layers[0].key(t, 1), layers[0].value(t, 1), dim, "retrieval");
+    for (index_t t = 0; t < tokens; ++t)
+      expect_row(full[static_cast<std::size_t>(t)], layers[0].key(t, 1), layers[0].value(t, 1), dim,
+                 "retrieval");
     EXPECT_EQ(cache.compensation(0, 1).count, 0);
 
     for (index_t h : {0, 2}) {
@@ -141,11 +150,14 @@ TYPED_TEST(RazorkvRazorCache, KeepsSinksWindowAndOneCompensationToken) {
       const auto got = entries_of(cache, 0, h);
       const bool has_token = mode != compensation_mode::kNone;
       ASSERT_EQ(static_cast<index_t>(got.size()), 3 + window + (has_token ? 1 : 0));
-      for (index_t t = 0; t < 3; ++t) expect_row(got[static_cast<std::size_t>(t)], layers[0].key(t, h), layers[0].value(t, h), dim, "sink");
+      for (index_t t = 0; t < 3; ++t)
+        expect_row(got[static_cast<std::size_t>(t)], layers[0].key(t, h), layers[0].value(t, h),
+                   dim, "sink");
       const std::size_t first_recent = has_token ? 4 : 3;
       for (index_t r = 0; r < window; ++r) {
-        expect_row(got[first_recent + static_cast<std::size_t>(r)], layers[0].key(tokens - window + r, h),
-                   layers[0].value(tokens - window + r, h), dim, "recent");
+        expect_row(got[first_recent + static_cast<std::size_t>(r)],
+                   layers[0].key(tokens - window + r, h), layers[0].value(tokens - window + r, h),
+                   dim, "recent");
         EXPECT_EQ(got[first_recent + static_cast<std::size_t>(r)].log_weight, 0.0);
       }
       const auto token = cache.compensation(0, h);
@@ -155,7 +167,9 @@ TYPED_TEST(RazorkvRazorCache, KeepsSinksWindowAndOneCompensationToken) {
         continue;
       }
       const entry& mean = got[3];
-      EXPECT_FLOAT_EQ(mean.log_weight, mode == compensation_mode::kWeighted ? std::log(static_cast<double>(dropped)) : 0.0);
+      EXPECT_FLOAT_EQ(mean.log_weight, mode == compensation_mode::kWeighted
+                                           ? std::log(static_cast<double>(dropped))
+                                           : 0.0);
       for (index_t c = 0; c < dim; ++c) {
         double key_sum = 0, value_sum = 0;
         for (index_t t = 3; t < 3 + dropped; ++t) {
@@ -166,7 +180,8 @@ TYPED_TEST(RazorkvRazorCache, KeepsSinksWindowAndOneCompensationToken) {
         EXPECT_NEAR(token.value_sum[c], value_sum, 1e-9 * dropped);
         // Stored mean: the exact mean rounded to T.
         EXPECT_EQ(mean.key[static_cast<std::size_t>(c)], rounded<T>(token.key_sum[c] / dropped));
-        EXPECT_EQ(mean.value[static_cast<std::size_t>(c)], rounded<T>(token.value_sum[c] / dropped));
+        EXPECT_EQ(mean.value[static_cast<std::size_t>(c)],
+                  rounded<T>(token.value_sum[c] / dropped));
       }
     }
   }
@@ -231,7 +246,8 @@ TYPED_TEST(RazorkvRazorCache, WeightedTokenEqualsCopiesOfTheMean) {
   razor_config config;
   config.sinks = 4;
   config.s0 = 100;
-  const razor_kv_cache<T> cache = razorkv::compress_cache(dense_of(layers), plan_with(1, query_heads, heads, dim, {}), config);
+  const razor_kv_cache<T> cache =
+      razorkv::compress_cache(dense_of(layers), plan_with(1, query_heads, heads, dim, {}), config);
 
   // The same head, densely: sinks, n copies of the stored mean, the window.
   dense_kv_cache<T> copies(1, heads, dim);
@@ -243,32 +259,41 @@ TYPED_TEST(RazorkvRazorCache, WeightedTokenEqualsCopiesOfTheMean) {
       const bool middle = t >= 4 && t < 4 + dropped;
       const auto token = cache.compensation(0, h);
       for (index_t c = 0; c < dim; ++c) {
-        k[static_cast<std::size_t>(h * dim + c)] = middle ? token.key(0, c) : layers[0].key(t, h)[c];
-        v[static_cast<std::size_t>(h * dim + c)] = middle ? token.value(0, c) : layers[0].value(t, h)[c];
+        k[static_cast<std::size_t>(h * dim + c)] =
+            middle ? token.key(0, c) : layers[0].key(t, h)[c];
+        v[static_cast<std::size_t>(h * dim + c)] =
+            middle ? token.value(0, c) : layers[0].value(t, h)[c];
       }
     }
-    copies.append(0, layer_view<const T>::nhd(k.data(), 1, heads, dim), layer_view<const T>::nhd(v.data(), 1, heads, dim));
+    copies.append(0, layer_view<const T>::nhd(k.data(), 1, heads, dim),
+                  layer_view<const T>::nhd(v.data(), 1, heads, dim));
   }
-  const std::vector<float> queries = razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
   const matrix_view<const float> q(queries.data(), query_heads, dim);
   const std::vector<double> want = razorkv::reference::decode_attention(copies, 0, q);
   const std::vector<double> got = razorkv::reference::decode_attention(cache, 0, q);
   // Only ln(n) rounded to float separates the two.
-  EXPECT_LT(razorkv_test::max_abs_diff(got, want), 1e-5 * std::fmax(1.0, razorkv_test::max_abs(want)));
+  EXPECT_LT(razorkv_test::max_abs_diff(got, want),
+            1e-5 * std::fmax(1.0, razorkv_test::max_abs(want)));
 
   // And the optimised kernel agrees with the reference on the compressed cache.
   std::vector<float> fast(queries.size());
   razorkv::decode_attention(cache, 0, q, matrix_view<float>(fast.data(), query_heads, dim));
-  EXPECT_LT(razorkv_test::max_abs_diff(fast, got), 1e-5 * std::fmax(1.0, razorkv_test::max_abs(got)));
+  EXPECT_LT(razorkv_test::max_abs_diff(fast, got),
+            1e-5 * std::fmax(1.0, razorkv_test::max_abs(got)));
 }
 
 // kept + count = N, and the sum over entries of weight * row, the compensation token weighing
 // its count, equals the sum of the original rows.
 template <class T>
-void expect_conserved(const razor_kv_cache<T>& cache, const layer_tokens<T>& source, index_t layer) {
+void expect_conserved(const razor_kv_cache<T>& cache, const layer_tokens<T>& source,
+                      index_t layer) {
   const index_t tokens = cache.num_tokens(layer), dim = cache.head_dim();
   // Unit roundoff of T: the stored mean is rounded to it.
-  const double eps = std::is_same_v<T, Eigen::bfloat16> ? 4e-3 : std::is_same_v<T, Eigen::half> ? 5e-4 : 6e-8;
+  const double eps = std::is_same_v<T, Eigen::bfloat16> ? 4e-3
+                     : std::is_same_v<T, Eigen::half>   ? 5e-4
+                                                        : 6e-8;
   for (index_t h = 0; h < cache.num_kv_heads(); ++h) {
     SCOPED_TRACE(testing::Message() << "head " << h);
     const auto token = cache.compensation(layer, h);
@@ -289,12 +314,14 @@ void expect_conserved(const razor_kv_cache<T>& cache, const layer_tokens<T>& sou
         const double mean = has_token ? to_double(keys ? token.key(0, c) : token.value(0, c)) : 0.0;
         kept -= mean;  // the token's row is among the entries once
         const double count = static_cast<double>(token.count);
-        EXPECT_NEAR(kept + count * mean, want, 1e-9 * magnitude + 2.0 * eps * count * std::fabs(mean))
+        EXPECT_NEAR(kept + count * mean, want,
+                    1e-9 * magnitude + 2.0 * eps * count * std::fabs(mean))
             << (keys ? "key" : "value") << " column " << c;
         if (has_token) {
           // The exact double sums conserve to double rounding.
           const double sum = keys ? token.key_sum[c] : token.value_sum[c];
-          EXPECT_NEAR(kept + sum, want, 1e-9 * magnitude) << (keys ? "key" : "value") << " column " << c;
+          EXPECT_NEAR(kept + sum, want, 1e-9 * magnitude)
+              << (keys ? "key" : "value") << " column " << c;
         }
       }
     }
@@ -307,8 +334,10 @@ TYPED_TEST(RazorkvRazorCache, ConservesTokensAndSumsAfterCompressionAndBoundedDe
   const index_t heads = 3, dim = 12, prefill = 400, decoded = 150;
   const layer_tokens<T> all = random_tokens<T>(prefill + decoded, heads, dim, rng);
   for (decode_mode decode : {decode_mode::kAppend, decode_mode::kBounded}) {
-    for (compensation_mode mode : {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
-      SCOPED_TRACE(testing::Message() << razorkv::decode_mode_name(decode) << " " << razorkv::compensation_mode_name(mode));
+    for (compensation_mode mode :
+         {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
+      SCOPED_TRACE(testing::Message() << razorkv::decode_mode_name(decode) << " "
+                                      << razorkv::compensation_mode_name(mode));
       razor_config config;
       config.sinks = 2;
       config.s0 = 30;
@@ -318,7 +347,8 @@ TYPED_TEST(RazorkvRazorCache, ConservesTokensAndSumsAfterCompressionAndBoundedDe
       razor_kv_cache<T> cache(plan_with(1, heads, heads, dim, {{0, 2}}), config);
       cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
       expect_conserved(cache, all, 0);
-      for (index_t t = prefill; t < prefill + decoded; ++t) cache.append(0, all.key_view(t, 1), all.value_view(t, 1));
+      for (index_t t = prefill; t < prefill + decoded; ++t)
+        cache.append(0, all.key_view(t, 1), all.value_view(t, 1));
       expect_conserved(cache, all, 0);
     }
   }
@@ -331,7 +361,8 @@ TYPED_TEST(RazorkvRazorCache, BoundedDecodeEqualsCompressFromScratch) {
   std::mt19937_64 rng(5);
   const index_t heads = 3, dim = 10, prefill = 120;
   const layer_tokens<T> all = random_tokens<T>(prefill + 400, heads, dim, rng);
-  for (compensation_mode mode : {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
+  for (compensation_mode mode :
+       {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
     SCOPED_TRACE(razorkv::compensation_mode_name(mode));
     razor_config config;
     config.sinks = 3;
@@ -348,7 +379,8 @@ TYPED_TEST(RazorkvRazorCache, BoundedDecodeEqualsCompressFromScratch) {
     for (index_t chunk : {1, 1, 1, 5, 29, 30, 31, 1, 77, 1, 100, 3, 120}) {  // 400 in all
       cache.append(0, all.key_view(held, chunk), all.value_view(held, chunk));
       held += chunk;
-      for (index_t h : {0, 2}) EXPECT_LE(cache.entries(0, h), config.sinks + 1 + cache.window(0, h));
+      for (index_t h : {0, 2})
+        EXPECT_LE(cache.entries(0, h), config.sinks + 1 + cache.window(0, h));
 
       razor_config scratch_config = config;
       scratch_config.fixed_window = 30;
@@ -423,7 +455,8 @@ TYPED_TEST(RazorkvRazorCache, AppendModeKeepsEveryGeneratedToken) {
     EXPECT_EQ(cache.entries(0, 1), held);
     const auto got = entries_of(cache, 0, 0);
     for (index_t r = 0; r < held - prefill; ++r) {
-      expect_row(got[got.size() - static_cast<std::size_t>(held - prefill - r)], all.key(prefill + r, 0), all.value(prefill + r, 0), dim, "appended");
+      expect_row(got[got.size() - static_cast<std::size_t>(held - prefill - r)],
+                 all.key(prefill + r, 0), all.value(prefill + r, 0), dim, "appended");
     }
   }
 }
@@ -463,7 +496,8 @@ TEST(RazorkvRazorCacheBounded, TenMillionFoldsKeepTheMeanAccurate) {
         exact[static_cast<std::size_t>(dim + c)] += values[static_cast<std::size_t>(t * dim + c)];
       }
     }
-    cache.append(0, layer_view<const float>::nhd(keys.data(), n, 1, dim), layer_view<const float>::nhd(values.data(), n, 1, dim));
+    cache.append(0, layer_view<const float>::nhd(keys.data(), n, 1, dim),
+                 layer_view<const float>::nhd(values.data(), n, 1, dim));
   }
   const auto token = cache.compensation(0, 0);
   ASSERT_EQ(token.count, total);  // the zero token and total - 1 others
@@ -471,9 +505,13 @@ TEST(RazorkvRazorCacheBounded, TenMillionFoldsKeepTheMeanAccurate) {
   for (index_t c = 0; c < dim; ++c) {
     const long double key_mean = exact[static_cast<std::size_t>(c)] / total;
     const long double value_mean = exact[static_cast<std::size_t>(dim + c)] / total;
-    EXPECT_LT(std::fabs(static_cast<double>((token.key(0, c) - key_mean) / key_mean)), 1e-6) << "column " << c;
-    EXPECT_LT(std::fabs(static_cast<double>((token.value(0, c) - value_mean) / value_mean)), 1e-6) << "column " << c;
-    EXPECT_LT(std::fabs(static_cast<double>((token.key_sum[c] / total - key_mean) / key_mean)), 1e-9) << "column " << c;
+    EXPECT_LT(std::fabs(static_cast<double>((token.key(0, c) - key_mean) / key_mean)), 1e-6)
+        << "column " << c;
+    EXPECT_LT(std::fabs(static_cast<double>((token.value(0, c) - value_mean) / value_mean)), 1e-6)
+        << "column " << c;
+    EXPECT_LT(std::fabs(static_cast<double>((token.key_sum[c] / total - key_mean) / key_mean)),
+              1e-9)
+        << "column " << c;
   }
 }
 
@@ -484,25 +522,31 @@ TYPED_TEST(RazorkvRazorCache, MemoryAccountingMatchesTheCalculator) {
   const index_t layers = 3, heads = 4, dim = 16;
   head_plan plan = plan_with(layers, 8, heads, dim, {{0, 0}, {2, 3}, {1, 1}});
   plan.set_buffer_override(1, 2, 33);
-  for (compensation_mode mode : {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
+  for (compensation_mode mode :
+       {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
     for (index_t tokens : {8, 60, 700}) {
       SCOPED_TRACE(testing::Message() << razorkv::compensation_mode_name(mode) << " N " << tokens);
       std::vector<layer_tokens<T>> source;
-      for (index_t l = 0; l < layers; ++l) source.push_back(random_tokens<T>(tokens, heads, dim, rng));
+      for (index_t l = 0; l < layers; ++l)
+        source.push_back(random_tokens<T>(tokens, heads, dim, rng));
       razor_config config;
       config.s0 = 40;
       config.c = 5.0;
       config.compensation = mode;
       const razor_kv_cache<T> cache = razorkv::compress_cache(dense_of(source), plan, config);
       const index_t bytes = static_cast<index_t>(sizeof(T));
-      EXPECT_EQ(cache.kv_bytes(), razorkv::compressed_kv_bytes(plan, tokens, config.budget(), bytes));
+      EXPECT_EQ(cache.kv_bytes(),
+                razorkv::compressed_kv_bytes(plan, tokens, config.budget(), bytes));
       EXPECT_EQ(cache.dense_kv_bytes(), razorkv::full_kv_bytes(plan.shape(), tokens, bytes));
-      EXPECT_DOUBLE_EQ(cache.compression_ratio(), static_cast<double>(cache.kv_bytes()) / static_cast<double>(cache.dense_kv_bytes()));
+      EXPECT_DOUBLE_EQ(cache.compression_ratio(), static_cast<double>(cache.kv_bytes()) /
+                                                      static_cast<double>(cache.dense_kv_bytes()));
       index_t per_head = 0;
       for (index_t l = 0; l < layers; ++l) {
         for (index_t h = 0; h < heads; ++h) {
-          const index_t entries = plan.is_retrieval(l, h) ? tokens
-                                                          : razorkv::compressed_entries(tokens, config.budget(), plan.buffer_override(l, h));
+          const index_t entries = plan.is_retrieval(l, h)
+                                      ? tokens
+                                      : razorkv::compressed_entries(tokens, config.budget(),
+                                                                    plan.buffer_override(l, h));
           EXPECT_EQ(cache.kv_bytes(l, h), razorkv::head_kv_bytes(entries, dim, bytes));
           per_head += cache.kv_bytes(l, h);
         }
@@ -520,7 +564,8 @@ TYPED_TEST(RazorkvRazorCache, ReadsEngineLayoutsInPlace) {
   std::mt19937_64 rng(9);
   const index_t heads = 3, dim = 7, tokens = 90, capacity = 101, padded = heads * dim + 5;
   const layer_tokens<T> source = random_tokens<T>(tokens, heads, dim, rng);
-  std::vector<T> hnd_keys(static_cast<std::size_t>(heads * capacity * dim)), hnd_values(hnd_keys.size());
+  std::vector<T> hnd_keys(static_cast<std::size_t>(heads * capacity * dim)),
+      hnd_values(hnd_keys.size());
   std::vector<T> pad_keys(static_cast<std::size_t>(tokens * padded)), pad_values(pad_keys.size());
   for (index_t t = 0; t < tokens; ++t)
     for (index_t h = 0; h < heads; ++h)
@@ -540,8 +585,11 @@ TYPED_TEST(RazorkvRazorCache, ReadsEngineLayoutsInPlace) {
                      layer_view<const T>::hnd(hnd_values.data(), tokens, heads, dim, capacity));
   pad.compress_layer(0, layer_view<const T>::nhd(pad_keys.data(), tokens, heads, dim, padded),
                      layer_view<const T>::nhd(pad_values.data(), tokens, heads, dim, padded));
-  erased.compress_layer(0, razorkv::any_layer_view::hnd(hnd_keys.data(), razorkv::dtype_of<T>(), tokens, heads, dim, capacity),
-                        razorkv::any_layer_view::hnd(hnd_values.data(), razorkv::dtype_of<T>(), tokens, heads, dim, capacity));
+  erased.compress_layer(0,
+                        razorkv::any_layer_view::hnd(hnd_keys.data(), razorkv::dtype_of<T>(),
+                                                     tokens, heads, dim, capacity),
+                        razorkv::any_layer_view::hnd(hnd_values.data(), razorkv::dtype_of<T>(),
+                                                     tokens, heads, dim, capacity));
   for (index_t h = 0; h < heads; ++h) {
     const auto want = entries_of(nhd, 0, h);
     for (const razor_kv_cache<T>* other : {&hnd, &pad, &erased}) {
@@ -599,7 +647,8 @@ TYPED_TEST(RazorkvRazorCache, CompressesAPagedPrefillThroughTheContract) {
   }
   // A compressed cache is not a prefill.
   razorkv_test::span_list_cache<T> weighted(heads, dim);
-  for (index_t h = 0; h < heads; ++h) weighted.add_span(h, source.key(0, h), source.value(0, h), 1, 2.0f);
+  for (index_t h = 0; h < heads; ++h)
+    weighted.add_span(h, source.key(0, h), source.value(0, h), 1, 2.0f);
   razor_config config;
   config.sinks = 0;
   razor_kv_cache<T> cache(plan_with(1, heads, heads, dim, {}), config);
@@ -611,12 +660,16 @@ TYPED_TEST(RazorkvRazorCache, CompressesAPagedPrefillThroughTheContract) {
   }
   // Heads holding different numbers of tokens.
   razorkv_test::span_list_cache<T> ragged(heads, dim);
-  for (index_t h = 0; h < heads; ++h) ragged.add_span(h, source.keys.data(), source.values.data(), 1 + h);
+  for (index_t h = 0; h < heads; ++h)
+    ragged.add_span(h, source.keys.data(), source.values.data(), 1 + h);
   try {
     cache.compress_layer(0, ragged);
     ADD_FAILURE() << "expected an error";
   } catch (const razorkv::error& e) {
-    EXPECT_NE(std::string(e.what()).find("kv head 1 of the prefill holds 2 tokens, kv head 0 holds 1"), std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("kv head 1 of the prefill holds 2 tokens, kv head 0 holds 1"),
+        std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(cache.is_compressed(0));
 }
@@ -631,10 +684,11 @@ TEST(RazorkvRazorCacheParallel, HookRunsEveryHeadOnce) {
   const head_plan plan = plan_with(1, heads, heads, dim, {{0, 4}});
   index_t calls = 0;
   razor_kv_cache<float> hooked(plan, config), plain(plan, config);
-  hooked.compress_layer(0, source.key_view(), source.value_view(), [&](index_t count, const std::function<void(index_t)>& body) {
-    ++calls;
-    for (index_t i = count - 1; i >= 0; --i) body(i);  // any order
-  });
+  hooked.compress_layer(0, source.key_view(), source.value_view(),
+                        [&](index_t count, const std::function<void(index_t)>& body) {
+                          ++calls;
+                          for (index_t i = count - 1; i >= 0; --i) body(i);  // any order
+                        });
   plain.compress_layer(0, source.key_view(), source.value_view());
   EXPECT_EQ(calls, 1);
   for (index_t h = 0; h < heads; ++h) {

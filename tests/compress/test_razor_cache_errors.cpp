@@ -33,7 +33,8 @@ struct fixture {
 
   fixture() {
     std::mt19937_64 rng(1);
-    keys = razorkv_test::random_values<bf16>(static_cast<std::size_t>(kTokens * kHeads * kDim), rng);
+    keys =
+        razorkv_test::random_values<bf16>(static_cast<std::size_t>(kTokens * kHeads * kDim), rng);
     values = razorkv_test::random_values<bf16>(keys.size(), rng);
     dense.append(0, key_view(), value_view());
     plan.set_retrieval(0, 1, true);
@@ -49,7 +50,8 @@ struct fixture {
     all.insert(all.end(), values.begin(), values.end());
     for (index_t h = 0; h < kHeads; ++h) {
       const auto span = dense.span(0, h, 0);
-      for (index_t t = 0; t < span.length(); ++t) all.insert(all.end(), span.keys.row(t), span.keys.row(t) + kDim);
+      for (index_t t = 0; t < span.length(); ++t)
+        all.insert(all.end(), span.keys.row(t), span.keys.row(t) + kDim);
     }
     return all;
   }
@@ -66,23 +68,33 @@ TEST(RazorkvRazorCacheErrors, BadConfigurationsNameTheField) {
     change(config);
     return config;
   };
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.s0 = 0; c.c = 0.0; }))),
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) {
+                                               c.s0 = 0;
+                                               c.c = 0.0;
+                                             }))),
                        kInvalidArgument, "s0 (0) and c (0)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.c = 0.5; }))), kInvalidArgument,
-                       "c (0.5) must be >= 1");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.c = std::nan(""); }))),
-                       kInvalidArgument, "c (nan)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.sinks = -1; }))), kInvalidArgument,
-                       "sinks (-1)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.s0 = -5; }))), kInvalidArgument,
-                       "s0 (-5)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.fixed_window = -2; }))),
-                       kInvalidArgument, "fixed_window (-2)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.decode_reserve = -1; }))),
-                       kInvalidArgument, "decode_reserve (-1)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.compensation = static_cast<compensation_mode>(7); }))),
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.c = 0.5; }))),
+                       kInvalidArgument, "c (0.5) must be >= 1");
+  RAZORKV_EXPECT_ERROR(
+      (razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.c = std::nan(""); }))),
+      kInvalidArgument, "c (nan)");
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.sinks = -1; }))),
+                       kInvalidArgument, "sinks (-1)");
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.s0 = -5; }))),
+                       kInvalidArgument, "s0 (-5)");
+  RAZORKV_EXPECT_ERROR(
+      (razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.fixed_window = -2; }))),
+      kInvalidArgument, "fixed_window (-2)");
+  RAZORKV_EXPECT_ERROR(
+      (razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.decode_reserve = -1; }))),
+      kInvalidArgument, "decode_reserve (-1)");
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) {
+                                               c.compensation = static_cast<compensation_mode>(7);
+                                             }))),
                        kInvalidArgument, "compensation (7)");
-  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) { c.decode = static_cast<decode_mode>(9); }))),
+  RAZORKV_EXPECT_ERROR((razor_kv_cache<bf16>(f.plan, with([](razor_config& c) {
+                                               c.decode = static_cast<decode_mode>(9);
+                                             }))),
                        kInvalidArgument, "decode (9)");
   RAZORKV_EXPECT_ERROR(razor_config::fixed_capacity(5, 4), kInvalidArgument, "capacity (5)");
   // S0 = 0 is fine with C >= 1.
@@ -93,11 +105,14 @@ TEST(RazorkvRazorCacheErrors, PlanForAnotherModelIsRejected) {
   const fixture f;
   const auto before = f.snapshot();
   for (const razorkv::model_shape& other :
-       {razorkv::model_shape{2, 4, kHeads, kDim}, razorkv::model_shape{1, 4, 4, kDim}, razorkv::model_shape{1, 4, kHeads, 16}}) {
+       {razorkv::model_shape{2, 4, kHeads, kDim}, razorkv::model_shape{1, 4, 4, kDim},
+        razorkv::model_shape{1, 4, kHeads, 16}}) {
     const head_plan plan(other);
-    RAZORKV_EXPECT_ERROR(razorkv::compress_cache(f.dense, plan, razor_config{}), kShapeMismatch, "compress_cache: the plan has");
+    RAZORKV_EXPECT_ERROR(razorkv::compress_cache(f.dense, plan, razor_config{}), kShapeMismatch,
+                         "compress_cache: the plan has");
   }
-  RAZORKV_EXPECT_ERROR(razorkv::compress_cache(f.dense, head_plan(razorkv::model_shape{1, 4, 4, kDim}), razor_config{}),
+  RAZORKV_EXPECT_ERROR(razorkv::compress_cache(
+                           f.dense, head_plan(razorkv::model_shape{1, 4, 4, kDim}), razor_config{}),
                        kShapeMismatch, "num_kv_heads 4, the dense cache has 2");
   EXPECT_TRUE(same_bits(before, f.snapshot()));
 }
@@ -110,7 +125,8 @@ TEST(RazorkvRazorCacheErrors, MoreSinksThanTokens) {
   RAZORKV_EXPECT_ERROR(razorkv::compress_cache(f.dense, f.plan, config), kInvalidArgument,
                        "sinks (60) exceeds the prefill's tokens (50)");
   razor_kv_cache<bf16> cache(f.plan, razor_config{});
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(3), f.value_view(3)), kInvalidArgument, "sinks (4) exceeds");
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(3), f.value_view(3)), kInvalidArgument,
+                       "sinks (4) exceeds");
   EXPECT_FALSE(cache.is_compressed(0));
   EXPECT_EQ(cache.num_spans(0, 0), 0);
   EXPECT_TRUE(same_bits(before, f.snapshot()));
@@ -125,15 +141,21 @@ TEST(RazorkvRazorCacheErrors, ViewsOfTheWrongShapeOrDtype) {
                        "keys has dtype half, expected bfloat16");
   RAZORKV_EXPECT_ERROR(
       cache.compress_layer(0, razorkv::any_layer_view(f.key_view()),
-                           razorkv::any_layer_view::nhd(f.values.data(), razorkv::dtype::kFloat32, kTokens, kHeads, kDim)),
+                           razorkv::any_layer_view::nhd(f.values.data(), razorkv::dtype::kFloat32,
+                                                        kTokens, kHeads, kDim)),
       kInvalidArgument, "values has dtype float, expected bfloat16");
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, layer_view<const bf16>::nhd(f.keys.data(), 25, 4, kDim), f.value_view(25)),
-                       kShapeMismatch, "keys.heads() (4) != num_kv_heads (2)");
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, layer_view<const bf16>::nhd(f.keys.data(), 50, kHeads, 4), f.value_view()),
-                       kShapeMismatch, "keys.head_dim() (4) != head_dim (8)");
+  RAZORKV_EXPECT_ERROR(
+      cache.compress_layer(0, layer_view<const bf16>::nhd(f.keys.data(), 25, 4, kDim),
+                           f.value_view(25)),
+      kShapeMismatch, "keys.heads() (4) != num_kv_heads (2)");
+  RAZORKV_EXPECT_ERROR(
+      cache.compress_layer(0, layer_view<const bf16>::nhd(f.keys.data(), 50, kHeads, 4),
+                           f.value_view()),
+      kShapeMismatch, "keys.head_dim() (4) != head_dim (8)");
   RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(), f.value_view(40)), kShapeMismatch,
                        "keys.tokens() (50) != values.tokens() (40)");
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(3, f.key_view(), f.value_view()), kOutOfRange, "layer (3) outside [0, 1)");
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(3, f.key_view(), f.value_view()), kOutOfRange,
+                       "layer (3) outside [0, 1)");
   EXPECT_FALSE(cache.is_compressed(0));
 }
 
@@ -146,9 +168,11 @@ TEST(RazorkvRazorCacheErrors, AppendBeforeCompressionAndCompressingTwice) {
   const index_t bytes = cache.kv_bytes();
   RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(), f.value_view()), kInvalidArgument,
                        "layer (0) is already compressed");
-  RAZORKV_EXPECT_ERROR(cache.append(0, f.key_view(2), f.value_view(1)), kShapeMismatch, "keys.tokens() (2) != values.tokens() (1)");
-  RAZORKV_EXPECT_ERROR(cache.append(0, layer_view<const bf16>::nhd(f.keys.data(), 1, 1, kDim), f.value_view(1)),
-                       kShapeMismatch, "keys.heads() (1)");
+  RAZORKV_EXPECT_ERROR(cache.append(0, f.key_view(2), f.value_view(1)), kShapeMismatch,
+                       "keys.tokens() (2) != values.tokens() (1)");
+  RAZORKV_EXPECT_ERROR(
+      cache.append(0, layer_view<const bf16>::nhd(f.keys.data(), 1, 1, kDim), f.value_view(1)),
+      kShapeMismatch, "keys.heads() (1)");
   EXPECT_EQ(cache.kv_bytes(), bytes);
   EXPECT_EQ(cache.num_tokens(0), kTokens);
   RAZORKV_EXPECT_ERROR(cache.span(0, 0, 9), kOutOfRange, "span (9) outside");

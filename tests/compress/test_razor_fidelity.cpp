@@ -39,18 +39,22 @@ const scenario& synthetic_suite() {
   static const scenario s = [] {
     scenario out;
     // 2 of the 12 groups read the whole context; round(0.14 * 12) = 2 is what selection keeps.
-    const auto configs = razorkv::sparse_retrieval_model({kLayers, kQueryHeads, kKvHeads, kDim}, 2, 7);
+    const auto configs =
+        razorkv::sparse_retrieval_model({kLayers, kQueryHeads, kKvHeads, kDim}, 2, 7);
     // Calibration on the probe, as an engine would do it offline.
     const razorkv::probe calibration = make_probe(300, 1);
     razorkv::head_scores scores(kLayers, kQueryHeads, kKvHeads);
     for (index_t l = 0; l < kLayers; ++l) {
-      const auto layer = razorkv::make_planted_layer(calibration, configs[static_cast<std::size_t>(l)]);
-      scores.set_layer(l, razorkv::score_from_queries_keys(calibration, layer.query_view(), layer.key_view()));
+      const auto layer =
+          razorkv::make_planted_layer(calibration, configs[static_cast<std::size_t>(l)]);
+      scores.set_layer(
+          l, razorkv::score_from_queries_keys(calibration, layer.query_view(), layer.key_view()));
     }
     out.plan = razorkv::select_retrieval_heads(scores, kDim);
     // The prompt: another sequence with repeats, long enough that most of it is dropped.
     const razorkv::probe prompt = make_probe(600, 2);
-    for (const auto& config : configs) out.prompt.push_back(razorkv::make_planted_layer(prompt, config));
+    for (const auto& config : configs)
+      out.prompt.push_back(razorkv::make_planted_layer(prompt, config));
     out.prefill = prompt.length() - kDecodeSteps;
     return out;
   }();
@@ -90,7 +94,8 @@ layer_errors run(const scenario& s, compensation_mode mode) {
       };
       full.append(l, step(layer.keys), step(layer.values));
       razor.append(l, step(layer.keys), step(layer.values));
-      const matrix_view<const float> q(layer.queries.data() + t * kQueryHeads * kDim, kQueryHeads, kDim);
+      const matrix_view<const float> q(layer.queries.data() + t * kQueryHeads * kDim, kQueryHeads,
+                                       kDim);
       std::vector<float> want(static_cast<std::size_t>(kQueryHeads * kDim)), got(want.size());
       razorkv::decode_attention(full, l, q, matrix_view<float>(want.data(), kQueryHeads, kDim));
       razorkv::decode_attention(razor, l, q, matrix_view<float>(got.data(), kQueryHeads, kDim));
@@ -99,7 +104,8 @@ layer_errors run(const scenario& s, compensation_mode mode) {
           const std::size_t i = static_cast<std::size_t>(h * kDim + c);
           error += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
           norm += static_cast<double>(want[i]) * want[i];
-          if (s.plan.is_retrieval(l, h / group) && got[i] != want[i]) result.retrieval_exact = false;
+          if (s.plan.is_retrieval(l, h / group) && got[i] != want[i])
+            result.retrieval_exact = false;
         }
       }
     }
@@ -116,9 +122,10 @@ TEST(RazorkvRazorFidelity, WeightedBeatsUnweightedBeatsTruncationInEveryLayer) {
   const layer_errors none = run(s, compensation_mode::kNone);
   for (index_t l = 0; l < kLayers; ++l) {
     const std::size_t i = static_cast<std::size_t>(l);
-    std::cout << "layer " << l << " (" << s.plan.retrieval_heads(l).size() << " retrieval groups): relative L2 error weighted "
-              << weighted.relative_l2[i] << ", unweighted " << unweighted.relative_l2[i] << ", none "
-              << none.relative_l2[i] << "\n";
+    std::cout << "layer " << l << " (" << s.plan.retrieval_heads(l).size()
+              << " retrieval groups): relative L2 error weighted " << weighted.relative_l2[i]
+              << ", unweighted " << unweighted.relative_l2[i] << ", none " << none.relative_l2[i]
+              << "\n";
     EXPECT_LT(weighted.relative_l2[i], unweighted.relative_l2[i]) << "layer " << l;
     EXPECT_LT(unweighted.relative_l2[i], none.relative_l2[i]) << "layer " << l;
   }

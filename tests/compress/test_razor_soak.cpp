@@ -45,15 +45,18 @@ TEST(RazorkvRazorSoak, AMillionBoundedDecodeStepsStayBoundedExactAndFaithful) {
   }
   const auto key_view = layer_view<const float>::nhd(keys.data(), total, kKvHeads, kDim);
   const auto value_view = layer_view<const float>::nhd(values.data(), total, kKvHeads, kDim);
-  const razorkv::head_plan plan(razorkv::model_shape{1, kQueryHeads, kKvHeads, kDim});  // no retrieval head
+  const razorkv::head_plan plan(
+      razorkv::model_shape{1, kQueryHeads, kKvHeads, kDim});  // no retrieval head
   razorkv::razor_config config;
   config.sinks = kSinks;
   config.fixed_window = kWindow;
   config.decode = razorkv::decode_mode::kBounded;
 
   razorkv::razor_kv_cache<float> cache(plan, config);
-  cache.compress_layer(0, key_view.middle_tokens(0, kPrefill), value_view.middle_tokens(0, kPrefill));
-  std::vector<float> query(static_cast<std::size_t>(kQueryHeads * kDim)), out(query.size()), want(query.size());
+  cache.compress_layer(0, key_view.middle_tokens(0, kPrefill),
+                       value_view.middle_tokens(0, kPrefill));
+  std::vector<float> query(static_cast<std::size_t>(kQueryHeads * kDim)), out(query.size()),
+      want(query.size());
   for (auto& x : query) x = 2.0f * source.next();
   const matrix_view<const float> q(query.data(), kQueryHeads, kDim);
 
@@ -78,8 +81,10 @@ TEST(RazorkvRazorSoak, AMillionBoundedDecodeStepsStayBoundedExactAndFaithful) {
     const razorkv::compensation_token<float> token = cache.compensation(0, 0);
     const razorkv::compensation_token<float> reference = scratch.compensation(0, 0);
     for (index_t c = 0; c < kDim; ++c) {
-      EXPECT_NEAR(token.key_sum[c], reference.key_sum[c], 1e-9 * static_cast<double>(t)) << "step " << t;
-      EXPECT_NEAR(token.value_sum[c], reference.value_sum[c], 1e-9 * static_cast<double>(t)) << "step " << t;
+      EXPECT_NEAR(token.key_sum[c], reference.key_sum[c], 1e-9 * static_cast<double>(t))
+          << "step " << t;
+      EXPECT_NEAR(token.value_sum[c], reference.value_sum[c], 1e-9 * static_cast<double>(t))
+          << "step " << t;
     }
   }
 }

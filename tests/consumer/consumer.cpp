@@ -27,8 +27,15 @@ int main() {
   razorkv::decode_attention(cache, 1, q, razorkv::matrix_view<float>(out.data(), query_heads, dim));
   const std::vector<double> expected = razorkv::reference::decode_attention(cache, 1, q);
   double worst = 0.0;
-  for (std::size_t i = 0; i < out.size(); ++i) worst = std::fmax(worst, std::fabs(out[i] - expected[i]));
-  std::printf("razorkv %d.%d.%d consumer: max |error| = %.3g\n", RAZORKV_VERSION_MAJOR,
-              RAZORKV_VERSION_MINOR, RAZORKV_VERSION_PATCH, worst);
-  return worst < 1e-5 ? 0 : 1;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    worst = std::fmax(worst, std::fabs(out[i] - expected[i]));
+#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
+  const char* kernels = "razorkv::kernels";
+#else
+  const char* kernels = "header-only";
+#endif
+  const bool ok = worst < 1e-5;
+  std::printf("razorkv %d.%d.%d consumer (%s): max |error| = %.3g, %s\n", RAZORKV_VERSION_MAJOR,
+              RAZORKV_VERSION_MINOR, RAZORKV_VERSION_PATCH, kernels, worst, ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
 }

@@ -23,7 +23,8 @@ void check_all_bit_patterns() {
   std::vector<T> source(65536);
   for (std::uint32_t b = 0; b < 65536; ++b) source[b] = from_bits<T>(static_cast<std::uint16_t>(b));
   std::vector<float> widened(source.size());
-  razorkv::detail::widen_row(source.data(), widened.data(), static_cast<std::ptrdiff_t>(source.size()));
+  razorkv::detail::widen_row(source.data(), widened.data(),
+                             static_cast<std::ptrdiff_t>(source.size()));
   for (std::uint32_t b = 0; b < 65536; ++b) {
     const float expected = static_cast<float>(source[b]);
     if (std::isnan(expected)) {
@@ -38,11 +39,14 @@ void check_all_bit_patterns() {
 }
 
 TEST(RazorkvSimd, HalfWideningIsExactForEveryBitPattern) { check_all_bit_patterns<Eigen::half>(); }
-TEST(RazorkvSimd, BfloatWideningIsExactForEveryBitPattern) { check_all_bit_patterns<Eigen::bfloat16>(); }
+TEST(RazorkvSimd, BfloatWideningIsExactForEveryBitPattern) {
+  check_all_bit_patterns<Eigen::bfloat16>();
+}
 
 TEST(RazorkvSimd, PortableHalfConversionMatchesEigen) {
   for (std::uint32_t b = 0; b < 65536; ++b) {
-    const float expected = static_cast<float>(from_bits<Eigen::half>(static_cast<std::uint16_t>(b)));
+    const float expected =
+        static_cast<float>(from_bits<Eigen::half>(static_cast<std::uint16_t>(b)));
     const float got = razorkv::detail::half_bits_to_float(static_cast<std::uint16_t>(b));
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(got));
@@ -63,10 +67,14 @@ TEST(RazorkvSimd, WideningHandlesEveryLengthAndMisalignment) {
     for (int n = 0; n <= 70; ++n) {
       std::vector<float> out(static_cast<std::size_t>(n) + 1, -99.0f);  // sentinel after the end
       razorkv::detail::widen_row(b16.data() + offset, out.data(), n);
-      for (int i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(i)], static_cast<float>(b16[static_cast<std::size_t>(offset + i)]));
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(out[static_cast<std::size_t>(i)],
+                  static_cast<float>(b16[static_cast<std::size_t>(offset + i)]));
       ASSERT_EQ(out[static_cast<std::size_t>(n)], -99.0f) << "wrote past the end, n = " << n;
       razorkv::detail::widen_row(h16.data() + offset, out.data(), n);
-      for (int i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(i)], static_cast<float>(h16[static_cast<std::size_t>(offset + i)]));
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(out[static_cast<std::size_t>(i)],
+                  static_cast<float>(h16[static_cast<std::size_t>(offset + i)]));
       ASSERT_EQ(out[static_cast<std::size_t>(n)], -99.0f);
     }
   }
@@ -81,7 +89,8 @@ TEST(RazorkvSimd, SumAddsEveryLane) {
   constexpr int dlanes = razorkv::detail::simd_lanes<double>;
   double dvalues[dlanes];
   for (int i = 0; i < dlanes; ++i) dvalues[i] = 0.5 * i;
-  EXPECT_EQ(razorkv::detail::simd_sum<double>(razorkv::detail::simd_load(dvalues)), 0.25 * dlanes * (dlanes - 1));
+  EXPECT_EQ(razorkv::detail::simd_sum<double>(razorkv::detail::simd_load(dvalues)),
+            0.25 * dlanes * (dlanes - 1));
 }
 
 }  // namespace

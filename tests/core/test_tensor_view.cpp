@@ -31,7 +31,8 @@ TYPED_TEST(RazorkvViews, NhdWithPaddedTokenStrideReadsInPlace) {
   std::vector<T> buffer(static_cast<std::size_t>(tokens * token_stride), T(-1.0f));
   for (index_t t = 0; t < tokens; ++t)
     for (index_t h = 0; h < heads; ++h)
-      for (index_t d = 0; d < dim; ++d) buffer[static_cast<std::size_t>(t * token_stride + h * dim + d)] = T(tag(t, h, d));
+      for (index_t d = 0; d < dim; ++d)
+        buffer[static_cast<std::size_t>(t * token_stride + h * dim + d)] = T(tag(t, h, d));
 
   const auto view = layer_view<const T>::nhd(buffer.data(), tokens, heads, dim, token_stride);
   for (index_t h = 0; h < heads; ++h) {
@@ -41,7 +42,8 @@ TYPED_TEST(RazorkvViews, NhdWithPaddedTokenStrideReadsInPlace) {
     EXPECT_EQ(head.row_stride(), token_stride);
     for (index_t t = 0; t < tokens; ++t) {
       for (index_t d = 0; d < dim; ++d) {
-        EXPECT_EQ(&head(t, d), buffer.data() + t * token_stride + h * dim + d) << "a view must not copy";
+        EXPECT_EQ(&head(t, d), buffer.data() + t * token_stride + h * dim + d)
+            << "a view must not copy";
         EXPECT_EQ(static_cast<float>(head(t, d)), tag(t, h, d));
       }
     }
@@ -57,7 +59,8 @@ TYPED_TEST(RazorkvViews, HndWithCapacityReadsInPlace) {
   std::vector<T> buffer(static_cast<std::size_t>(heads * capacity * dim), T(-1.0f));
   for (index_t h = 0; h < heads; ++h)
     for (index_t t = 0; t < tokens; ++t)
-      for (index_t d = 0; d < dim; ++d) buffer[static_cast<std::size_t>((h * capacity + t) * dim + d)] = T(tag(t, h, d));
+      for (index_t d = 0; d < dim; ++d)
+        buffer[static_cast<std::size_t>((h * capacity + t) * dim + d)] = T(tag(t, h, d));
 
   const auto view = layer_view<const T>::hnd(buffer.data(), tokens, heads, dim, capacity);
   EXPECT_EQ(view.head_stride(), capacity * dim);
@@ -118,14 +121,19 @@ TEST(RazorkvViews, BadExtentsAreNamedErrors) {
   expect_error([&] { matrix_view<float>(x, -1, 4); }, errc::kInvalidArgument, "rows (-1)");
   expect_error([&] { matrix_view<float>(x, 2, 0); }, errc::kInvalidArgument, "cols (0)");
   expect_error([&] { matrix_view<float>(x, 2, -3); }, errc::kInvalidArgument, "cols (-3)");
-  expect_error([&] { matrix_view<float>(nullptr, 2, 4); }, errc::kInvalidArgument, "data is null with rows (2)");
+  expect_error([&] { matrix_view<float>(nullptr, 2, 4); }, errc::kInvalidArgument,
+               "data is null with rows (2)");
   expect_error([&] { matrix_view<float>(x, 2, 4, 3); }, errc::kInvalidArgument, "row_stride (3)");
   expect_error([&] { layer_view<float>::nhd(x, 2, 0, 4); }, errc::kInvalidArgument, "heads (0)");
-  expect_error([&] { layer_view<float>::nhd(x, 2, 2, -4); }, errc::kInvalidArgument, "head_dim (-4)");
-  expect_error([&] { layer_view<float>::nhd(nullptr, 1, 2, 4); }, errc::kInvalidArgument, "data is null with tokens (1)");
-  expect_error([&] { layer_view<float>::hnd(x, 3, 2, 2, 2); }, errc::kInvalidArgument, "token_capacity (2)");
+  expect_error([&] { layer_view<float>::nhd(x, 2, 2, -4); }, errc::kInvalidArgument,
+               "head_dim (-4)");
+  expect_error([&] { layer_view<float>::nhd(nullptr, 1, 2, 4); }, errc::kInvalidArgument,
+               "data is null with tokens (1)");
+  expect_error([&] { layer_view<float>::hnd(x, 3, 2, 2, 2); }, errc::kInvalidArgument,
+               "token_capacity (2)");
   expect_error([&] { layer_view<float>::nhd(x, 2, 2, 4).head(2); }, errc::kOutOfRange, "head (2)");
-  expect_error([&] { layer_view<float>::nhd(x, 2, 2, 4).token(-1); }, errc::kOutOfRange, "token (-1)");
+  expect_error([&] { layer_view<float>::nhd(x, 2, 2, 4).token(-1); }, errc::kOutOfRange,
+               "token (-1)");
   // Empty views with null data are fine.
   EXPECT_NO_THROW(matrix_view<float>(nullptr, 0, 4));
   EXPECT_NO_THROW(layer_view<float>::nhd(nullptr, 0, 2, 4).head(1));

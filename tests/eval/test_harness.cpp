@@ -4,8 +4,8 @@
 // needles, and dropping the compensation token costs fidelity. Fixed seeds; margins, not values.
 #include <gtest/gtest.h>
 
-#include <razorkv/eval/synthetic_suite.hpp>
 #include <razorkv/eval.hpp>
+#include <razorkv/eval/synthetic_suite.hpp>
 
 #include <iostream>
 #include <map>
@@ -40,7 +40,8 @@ razorkv::probe make_probe(index_t period, std::uint64_t seed) {
 const suite& synthetic_suite() {
   static const suite s = [] {
     suite out;
-    out.model = razorkv::retrieval_model({kLayers, kQueryHeads, kKvHeads, kDim}, kInductionGroups, kEchoGroups, 42);
+    out.model = razorkv::retrieval_model({kLayers, kQueryHeads, kKvHeads, kDim}, kInductionGroups,
+                                         kEchoGroups, 42);
     const razorkv::probe calibration = make_probe(200, 1);
     out.plan = razorkv::calibrate_planted_model(out.model, calibration);
     razorkv::selection_config no_echo;
@@ -55,7 +56,9 @@ const suite& synthetic_suite() {
 razorkv::head_kind planted_group_kind(const suite& s, index_t layer, index_t kv_head) {
   const index_t group = kQueryHeads / kKvHeads;
   for (index_t q = kv_head * group; q < (kv_head + 1) * group; ++q) {
-    for (const auto& [kind, strength] : s.model[static_cast<std::size_t>(layer)].query_heads[static_cast<std::size_t>(q)].components) {
+    for (const auto& [kind, strength] : s.model[static_cast<std::size_t>(layer)]
+                                            .query_heads[static_cast<std::size_t>(q)]
+                                            .components) {
       if (kind == razorkv::head_kind::kInduction || kind == razorkv::head_kind::kEcho) return kind;
     }
   }
@@ -70,7 +73,8 @@ TEST(RazorkvHarness, CalibrationFindsThePlantedRetrievalGroups) {
     for (index_t g = 0; g < kKvHeads; ++g) {
       const razorkv::head_kind kind = planted_group_kind(s, l, g);
       EXPECT_EQ(s.plan.is_retrieval(l, g), kind != razorkv::head_kind::kUniform) << l << "/" << g;
-      EXPECT_EQ(s.induction_only.is_retrieval(l, g), kind == razorkv::head_kind::kInduction) << l << "/" << g;
+      EXPECT_EQ(s.induction_only.is_retrieval(l, g), kind == razorkv::head_kind::kInduction)
+          << l << "/" << g;
     }
   }
 }
@@ -92,23 +96,30 @@ TEST(RazorkvHarness, NeedlesAtEqualBudget) {
       const razorkv::planted_prompt input(s.model, task);
       const auto& prompt = input.prompt();
       const auto trials = razorkv::needle_trials(task, s.model);
-      ASSERT_EQ(trials.size(), static_cast<std::size_t>((kInductionGroups + kEchoGroups) * config.needles));
+      ASSERT_EQ(trials.size(),
+                static_cast<std::size_t>((kInductionGroups + kEchoGroups) * config.needles));
 
       const razorkv::policy_run full = razorkv::run_policy(razorkv::full_policy(), prompt, budget);
       for (const auto& trial : trials) {
         // The full cache fetches every needle: a third (echo: the needle, its question and the
-        // query itself) to a half (induction: the needle and the question's successor) of the output.
+        // query itself) to a half (induction: the needle and the question's successor) of the
+        // output.
         EXPECT_GT(razorkv::needle_coefficient(full, prompt, trial), 0.25);
       }
-      const auto recovered = [&](const razorkv::policy& p) { return razorkv::needles_recovered(razorkv::run_policy(p, prompt, budget), full, prompt, trials); };
+      const auto recovered = [&](const razorkv::policy& p) {
+        return razorkv::needles_recovered(razorkv::run_policy(p, prompt, budget), full, prompt,
+                                          trials);
+      };
       const std::vector<bool> by_razor = recovered(razor), by_streaming = recovered(streaming),
                               by_induction_only = recovered(induction_only);
       const index_t window = razorkv::entries_per_head(budget, prompt.shape(), context, 4) - 4;
-      const index_t razor_window = razorkv::razor_config_for_budget(s.plan, context, window + 4).fixed_window;
+      const index_t razor_window =
+          razorkv::razor_config_for_budget(s.plan, context, window + 4).fixed_window;
       for (std::size_t i = 0; i < trials.size(); ++i) {
         const razorkv::needle_trial& t = trials[i];
-        SCOPED_TRACE(::testing::Message() << "layer " << t.layer << " head " << t.query_head << " ("
-                                          << razorkv::head_kind_name(t.reader) << "), answer at " << t.answer_position);
+        SCOPED_TRACE(::testing::Message()
+                     << "layer " << t.layer << " head " << t.query_head << " ("
+                     << razorkv::head_kind_name(t.reader) << "), answer at " << t.answer_position);
         // At depth 0 the first needles fall among the 4 sinks, which every policy here keeps.
         const bool in_sinks = t.answer_position < 4;
         EXPECT_TRUE(by_razor[i]);
@@ -139,19 +150,24 @@ TEST(RazorkvHarness, FidelityAndMemoryAtEqualBudget) {
   razorkv::razor_config unweighted;
   unweighted.compensation = razorkv::compensation_mode::kUnweighted;
   const std::vector<razorkv::policy> policies = {
-      razorkv::razor_policy("razor", s.plan), razorkv::razor_policy("razor_unweighted", s.plan, unweighted),
-      razorkv::razor_policy("razor_no_compensation", s.plan, none), razorkv::streaming_llm_policy(),
-      razorkv::snapkv_policy(), razorkv::h2o_policy({}, 256),
-      razorkv::razor_policy("random_heads", razorkv::random_plan(prompt.shape(), s.plan.num_retrieval(), 3))};
+      razorkv::razor_policy("razor", s.plan),
+      razorkv::razor_policy("razor_unweighted", s.plan, unweighted),
+      razorkv::razor_policy("razor_no_compensation", s.plan, none),
+      razorkv::streaming_llm_policy(),
+      razorkv::snapkv_policy(),
+      razorkv::h2o_policy({}, 256),
+      razorkv::razor_policy("random_heads",
+                            razorkv::random_plan(prompt.shape(), s.plan.num_retrieval(), 3))};
   const razorkv::policy_run full = razorkv::run_policy(razorkv::full_policy(), prompt, budget);
   EXPECT_EQ(full.kv_bytes, full.full_kv_bytes);
   std::map<std::string, double> error;
   for (const razorkv::policy& p : policies) {
     const razorkv::policy_run run = razorkv::run_policy(p, prompt, budget);
     const std::vector<double> per_layer = razorkv::relative_l2_per_layer(run, full);
-    error[p.name] = std::accumulate(per_layer.begin(), per_layer.end(), 0.0) / static_cast<double>(per_layer.size());
-    std::cout << p.name << ": mean relative L2 " << error[p.name] << ", " << run.kv_bytes << " of " << full.kv_bytes
-              << " bytes\n";
+    error[p.name] = std::accumulate(per_layer.begin(), per_layer.end(), 0.0) /
+                    static_cast<double>(per_layer.size());
+    std::cout << p.name << ": mean relative L2 " << error[p.name] << ", " << run.kv_bytes << " of "
+              << full.kv_bytes << " bytes\n";
     // Equal memory: every policy holds the budget to within one entry per kv head, counting a
     // GQA group's K/V once (8 kv heads, not 16 query heads, per layer).
     const index_t entry_bytes = 2 * kDim * 4, heads = kLayers * kKvHeads;
@@ -168,11 +184,16 @@ TEST(RazorkvHarness, BudgetsThatAPolicyCannotMeetAreErrors) {
   const razorkv::needle_task task = razorkv::make_needle_task({256, 0.5, 2, 64, 1, 4.0});
   const razorkv::planted_prompt input(s.model, task);
   const auto& prompt = input.prompt();
-  RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::razor_policy("razor", s.plan), prompt,
-                                           razorkv::memory_budget::entries_per_head(40)),
-                       kInvalidArgument, "the budget (40 entries per head) cannot hold the plan's 10 retrieval groups");
-  RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::snapkv_policy(), prompt, razorkv::memory_budget::entries_per_head(20)),
-                       kInvalidArgument, "the budget (20 entries per head) is smaller than the observation window (32)");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::run_policy(razorkv::razor_policy("razor", s.plan), prompt,
+                          razorkv::memory_budget::entries_per_head(40)),
+      kInvalidArgument,
+      "the budget (40 entries per head) cannot hold the plan's 10 retrieval groups");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::run_policy(razorkv::snapkv_policy(), prompt,
+                          razorkv::memory_budget::entries_per_head(20)),
+      kInvalidArgument,
+      "the budget (20 entries per head) is smaller than the observation window (32)");
   razorkv::snapkv_config long_window;
   long_window.window = 300;
   RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::snapkv_policy(long_window), prompt,
@@ -184,7 +205,8 @@ TEST(RazorkvHarness, BudgetsThatAPolicyCannotMeetAreErrors) {
   RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::streaming_llm_policy(), prompt,
                                            razorkv::memory_budget::fraction_of_full(64)),
                        kInvalidArgument, "fraction_of_full (64) must be in (0, 1]");
-  RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::h2o_policy({}, 300), prompt, razorkv::memory_budget::entries_per_head(64)),
+  RAZORKV_EXPECT_ERROR(razorkv::run_policy(razorkv::h2o_policy({}, 300), prompt,
+                                           razorkv::memory_budget::entries_per_head(64)),
                        kInvalidArgument, "observed_queries (300) must be in [0, 256]");
 }
 

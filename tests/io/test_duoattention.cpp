@@ -23,21 +23,27 @@ TEST(RazorkvDuoAttention, ThresholdAndSparsity) {
   options.sparsity = 1.0;
   EXPECT_EQ(razorkv::io::head_plan_from_duoattention(tsv, kShape, options).num_retrieval(), 0);
   // Windows line ends and a trailing blank line are accepted.
-  EXPECT_EQ(razorkv::io::head_plan_from_duoattention("1\t0\t0\r\n0\t0\t1\r\n\n", kShape).num_retrieval(), 2);
+  EXPECT_EQ(
+      razorkv::io::head_plan_from_duoattention("1\t0\t0\r\n0\t0\t1\r\n\n", kShape).num_retrieval(),
+      2);
 }
 
 TEST(RazorkvDuoAttention, MalformedTablesAreNamedErrors) {
   using razorkv::io::head_plan_from_duoattention;
-  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.1\n0.2\t0.7\t0.5\n", kShape), kParseError,
-                       "row 0 has 2 values, the model has 3 kv heads");
-  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.1\t0.5\n", kShape), kParseError, "1 rows, the model has 2 layers");
+  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.1\n0.2\t0.7\t0.5\n", kShape),
+                       kParseError, "row 0 has 2 values, the model has 3 kv heads");
+  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.1\t0.5\n", kShape), kParseError,
+                       "1 rows, the model has 2 layers");
   RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\tx\t0.5\n1\t1\t1\n", kShape), kParseError,
                        "row 0 column 1: \"x\" is not a finite number");
-  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\tnan\t0.5\n1\t1\t1\n", kShape), kParseError, "\"nan\"");
-  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.5x\t0.5\n1\t1\t1\n", kShape), kParseError, "\"0.5x\"");
+  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\tnan\t0.5\n1\t1\t1\n", kShape), kParseError,
+                       "\"nan\"");
+  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("0.9\t0.5x\t0.5\n1\t1\t1\n", kShape),
+                       kParseError, "\"0.5x\"");
   razorkv::io::duoattention_import options;
   options.sparsity = 2.0;
-  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("1\t1\t1\n1\t1\t1\n", kShape, options), kInvalidArgument, "sparsity (2)");
+  RAZORKV_EXPECT_ERROR(head_plan_from_duoattention("1\t1\t1\n1\t1\t1\n", kShape, options),
+                       kInvalidArgument, "sparsity (2)");
 }
 
 }  // namespace

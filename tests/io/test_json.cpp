@@ -30,7 +30,8 @@ void expect_same(const razorkv::head_plan& a, const razorkv::head_plan& b) {
   ASSERT_NO_THROW(b.validate_against(a.shape()));
   for (index_t l = 0; l < a.shape().num_layers; ++l) {
     EXPECT_EQ(a.retrieval_heads(l), b.retrieval_heads(l)) << "layer " << l;
-    for (index_t h = 0; h < a.shape().num_kv_heads; ++h) EXPECT_EQ(a.buffer_override(l, h), b.buffer_override(l, h));
+    for (index_t h = 0; h < a.shape().num_kv_heads; ++h)
+      EXPECT_EQ(a.buffer_override(l, h), b.buffer_override(l, h));
   }
 }
 
@@ -77,47 +78,59 @@ TEST(RazorkvIo, MindsporeRoundTripOmitsEmptyLayers) {
 TEST(RazorkvIo, MalformedDocumentsAreNamedErrors) {
   using razorkv::io::head_plan_from_json;
   const std::string good = razorkv::io::head_plan_to_json(sample_plan());
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(good.substr(0, good.size() / 2)), kParseError, "not valid JSON");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(good.substr(0, good.size() / 2)), kParseError,
+                       "not valid JSON");
   RAZORKV_EXPECT_ERROR(head_plan_from_json("[1, 2]"), kParseError, "must be a JSON object");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(R"({"format": "razorkv.head_scores", "version": 1})"), kParseError,
-                       "\"format\" must be \"razorkv.head_plan\"");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(R"({"format": "razorkv.head_plan", "version": 2})"), kParseError,
-                       "unsupported \"version\" 2");
-  const std::string header = R"({"format": "razorkv.head_plan", "version": 1, "num_query_heads": 8, "num_kv_heads": 4, "head_dim": 128, )";
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": "3", "retrieval": []})"), kParseError,
-                       "\"num_layers\" must be an integer, got \"3\"");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": -1, "retrieval": []})"), kParseError,
-                       "\"num_layers\" (-1) outside");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 2, "retrieval": [[0]]})"), kParseError,
-                       "\"retrieval\" has 1 layers, num_layers is 2");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[4]]})"), kParseError,
-                       "kv head 4 outside [0, 4)");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[-1]]})"), kParseError,
-                       "kv head -1 outside");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[1, 1]]})"), kParseError,
-                       "kv head 1 listed twice");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [["1"]]})"), kParseError,
-                       "is not an integer");
-  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[]], "buffer_override": {"0": {"9": 5}}})"),
-                       kParseError, "buffer_override kv head 9");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(R"({"format": "razorkv.head_scores", "version": 1})"),
+                       kParseError, "\"format\" must be \"razorkv.head_plan\"");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(R"({"format": "razorkv.head_plan", "version": 2})"),
+                       kParseError, "unsupported \"version\" 2");
+  const std::string header =
+      R"({"format": "razorkv.head_plan", "version": 1, "num_query_heads": 8, "num_kv_heads": 4, "head_dim": 128, )";
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": "3", "retrieval": []})"),
+                       kParseError, "\"num_layers\" must be an integer, got \"3\"");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": -1, "retrieval": []})"),
+                       kParseError, "\"num_layers\" (-1) outside");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 2, "retrieval": [[0]]})"),
+                       kParseError, "\"retrieval\" has 1 layers, num_layers is 2");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[4]]})"),
+                       kParseError, "kv head 4 outside [0, 4)");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[-1]]})"),
+                       kParseError, "kv head -1 outside");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [[1, 1]]})"),
+                       kParseError, "kv head 1 listed twice");
+  RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [["1"]]})"),
+                       kParseError, "is not an integer");
+  RAZORKV_EXPECT_ERROR(
+      head_plan_from_json(
+          header + R"("num_layers": 1, "retrieval": [[]], "buffer_override": {"0": {"9": 5}}})"),
+      kParseError, "buffer_override kv head 9");
 
   // A plan with the wrong layer count does not load into a model.
   RAZORKV_EXPECT_ERROR(head_plan_from_json(good).validate_against({4, 8, 4, 128}), kShapeMismatch,
                        "the plan has num_layers 3, the model has 4");
 
   using razorkv::io::head_scores_from_json;
-  const std::string scores = R"({"format": "razorkv.head_scores", "version": 1, "num_layers": 1, "num_query_heads": 2, "num_kv_heads": 1, )";
-  RAZORKV_EXPECT_ERROR(head_scores_from_json(scores + R"("echo": [[0.1]], "induction": [[0.1, 0.2]]})"), kParseError,
-                       "\"echo\" layer 0 must list num_query_heads (2) scores");
-  RAZORKV_EXPECT_ERROR(head_scores_from_json(scores + R"("echo": [[0.1, null]], "induction": [[0.1, 0.2]]})"), kParseError,
-                       "holds null, not a number");
-  RAZORKV_EXPECT_ERROR(head_scores_from_json(scores + R"("echo": [[0.1, 0.2]]})"), kParseError, "\"induction\" must be a list");
+  const std::string scores =
+      R"({"format": "razorkv.head_scores", "version": 1, "num_layers": 1, "num_query_heads": 2, "num_kv_heads": 1, )";
+  RAZORKV_EXPECT_ERROR(
+      head_scores_from_json(scores + R"("echo": [[0.1]], "induction": [[0.1, 0.2]]})"), kParseError,
+      "\"echo\" layer 0 must list num_query_heads (2) scores");
+  RAZORKV_EXPECT_ERROR(
+      head_scores_from_json(scores + R"("echo": [[0.1, null]], "induction": [[0.1, 0.2]]})"),
+      kParseError, "holds null, not a number");
+  RAZORKV_EXPECT_ERROR(head_scores_from_json(scores + R"("echo": [[0.1, 0.2]]})"), kParseError,
+                       "\"induction\" must be a list");
 
   const razorkv::model_shape shape{2, 4, 2, 64};
-  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"x": [0]})", shape), kParseError, "layer key \"x\"");
-  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"2": [0]})", shape), kParseError, "layer 2 outside [0, 2)");
-  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"1": [2]})", shape), kParseError, "kv head 2 outside [0, 2)");
-  RAZORKV_EXPECT_ERROR(razorkv::io::read_text_file("/nonexistent/plan.json"), kInvalidArgument, "cannot open \"/nonexistent/plan.json\"");
+  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"x": [0]})", shape), kParseError,
+                       "layer key \"x\"");
+  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"2": [0]})", shape), kParseError,
+                       "layer 2 outside [0, 2)");
+  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_mindspore(R"({"1": [2]})", shape), kParseError,
+                       "kv head 2 outside [0, 2)");
+  RAZORKV_EXPECT_ERROR(razorkv::io::read_text_file("/nonexistent/plan.json"), kInvalidArgument,
+                       "cannot open \"/nonexistent/plan.json\"");
 }
 
 }  // namespace

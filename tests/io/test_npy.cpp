@@ -45,26 +45,37 @@ TEST(RazorkvNpy, RoundTripsFloatAndInt64) {
 
 TEST(RazorkvNpy, ReadsHalfBfloatAndInt32) {
   const std::vector<Eigen::half> h = {Eigen::half(1.0f), Eigen::half(-0.5f)};
-  const auto a = razorkv::io::parse_npy(npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", raw(h)));
+  const auto a = razorkv::io::parse_npy(
+      npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", raw(h)));
   EXPECT_EQ(a.to<float>(), (std::vector<float>{1.0f, -0.5f}));
-  const std::vector<Eigen::bfloat16> b = {Eigen::bfloat16(2.0f), Eigen::bfloat16(0.25f), Eigen::bfloat16(-8.0f)};
-  const auto c = razorkv::io::parse_npy(npy("{'shape': (1, 3), 'fortran_order': False, 'descr': '<u2'}", raw(b)));
+  const std::vector<Eigen::bfloat16> b = {Eigen::bfloat16(2.0f), Eigen::bfloat16(0.25f),
+                                          Eigen::bfloat16(-8.0f)};
+  const auto c = razorkv::io::parse_npy(
+      npy("{'shape': (1, 3), 'fortran_order': False, 'descr': '<u2'}", raw(b)));
   EXPECT_EQ(c.dtype, razorkv::io::npy_dtype::kBFloat16);
   EXPECT_EQ(c.to<float>(), (std::vector<float>{2.0f, 0.25f, -8.0f}));
   const std::vector<std::int32_t> i = {1, -2};
-  EXPECT_EQ(razorkv::io::parse_npy(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", raw(i))).to<std::int64_t>(),
+  EXPECT_EQ(razorkv::io::parse_npy(
+                npy("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", raw(i)))
+                .to<std::int64_t>(),
             (std::vector<std::int64_t>{1, -2}));
   // A scalar has shape () and one element.
-  EXPECT_EQ(razorkv::io::parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", raw(std::vector<float>{4.0f}))).size(), 1);
+  EXPECT_EQ(razorkv::io::parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }",
+                                       raw(std::vector<float>{4.0f})))
+                .size(),
+            1);
 }
 
 TEST(RazorkvNpy, FloatsReadAsIntegersMustFit) {
   const std::vector<float> values = {1.0f, -3.0f, std::numeric_limits<float>::infinity(), 5e9f};
   const auto a = razorkv::io::parse_npy(razorkv::io::format_npy(values, {4}));
   EXPECT_EQ(a.to<float>()[2], std::numeric_limits<float>::infinity());
-  RAZORKV_EXPECT_ERROR(a.to<std::int64_t>(), kInvalidArgument, "element 2 (inf) is not representable as a 64-bit integer");
-  RAZORKV_EXPECT_ERROR(a.to<std::int32_t>(), kInvalidArgument, "is not representable as a 32-bit integer");
-  const auto fits = razorkv::io::parse_npy(razorkv::io::format_npy(std::vector<float>{1.0f, -3.0f}, {2}));
+  RAZORKV_EXPECT_ERROR(a.to<std::int64_t>(), kInvalidArgument,
+                       "element 2 (inf) is not representable as a 64-bit integer");
+  RAZORKV_EXPECT_ERROR(a.to<std::int32_t>(), kInvalidArgument,
+                       "is not representable as a 32-bit integer");
+  const auto fits =
+      razorkv::io::parse_npy(razorkv::io::format_npy(std::vector<float>{1.0f, -3.0f}, {2}));
   EXPECT_EQ(fits.to<std::int64_t>(), (std::vector<std::int64_t>{1, -3}));
 }
 
@@ -75,29 +86,42 @@ TEST(RazorkvNpy, MalformedFilesAreNamedErrors) {
   std::string v9 = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", four);
   v9[6] = 9;
   RAZORKV_EXPECT_ERROR(parse_npy(v9), kParseError, "unsupported format version 9");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", four)), kParseError,
-                       "unsupported dtype '>f4'");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", four)), kParseError,
-                       "unsupported dtype '<f8'");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", four)), kParseError,
-                       "fortran_order");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", four)), kParseError,
-                       "needs 20 data bytes, the file has 16");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", four)), kParseError,
-                       "needs 12 data bytes");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False}", four)), kParseError,
-                       "must have 'descr', 'fortran_order' and 'shape'");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", four)), kParseError,
-                       "unknown header key 'x'");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,)}", four)), kParseError,
-                       "expected True or False");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-4,)}", four)), kParseError,
-                       "bad shape dimension");
-  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296)}", four)),
-                       kOverflow, "overflows");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", four)),
+      kParseError, "unsupported dtype '>f4'");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", four)),
+      kParseError, "unsupported dtype '<f8'");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", four)),
+      kParseError, "fortran_order");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", four)),
+      kParseError, "needs 20 data bytes, the file has 16");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", four)),
+      kParseError, "needs 12 data bytes");
+  RAZORKV_EXPECT_ERROR(parse_npy(npy("{'descr': '<f4', 'fortran_order': False}", four)),
+                       kParseError, "must have 'descr', 'fortran_order' and 'shape'");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", four)),
+      kParseError, "unknown header key 'x'");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,)}", four)), kParseError,
+      "expected True or False");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-4,)}", four)), kParseError,
+      "bad shape dimension");
+  RAZORKV_EXPECT_ERROR(
+      parse_npy(npy(
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296)}",
+          four)),
+      kOverflow, "overflows");
   std::string truncated = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", four);
-  RAZORKV_EXPECT_ERROR(parse_npy(truncated.substr(0, 40)), kParseError, "runs past the end of the file");
-  RAZORKV_EXPECT_ERROR(razorkv::io::read_npy("/nonexistent.npy"), kInvalidArgument, "cannot open \"/nonexistent.npy\"");
+  RAZORKV_EXPECT_ERROR(parse_npy(truncated.substr(0, 40)), kParseError,
+                       "runs past the end of the file");
+  RAZORKV_EXPECT_ERROR(razorkv::io::read_npy("/nonexistent.npy"), kInvalidArgument,
+                       "cannot open \"/nonexistent.npy\"");
 }
 
 }  // namespace

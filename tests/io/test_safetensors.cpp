@@ -3,8 +3,8 @@
 // gaps).
 #include <gtest/gtest.h>
 
-#include <razorkv/io/safetensors.hpp>
 #include <Eigen/Core>
+#include <razorkv/io/safetensors.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -34,10 +34,9 @@ std::string raw(const std::vector<T>& v) {
 }
 
 std::string two_tensor_file() {
-  const std::string header =
-      R"({"__metadata__":{"config":"{\"d\":2}"},)"
-      R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
-      R"("b":{"dtype":"F16","shape":[3],"data_offsets":[16,22]}})";
+  const std::string header = R"({"__metadata__":{"config":"{\"d\":2}"},)"
+                             R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                             R"("b":{"dtype":"F16","shape":[3],"data_offsets":[16,22]}})";
   const std::vector<Eigen::half> b = {Eigen::half(0.5f), Eigen::half(-1.25f), Eigen::half(2048.0f)};
   return file_of(header, raw(std::vector<float>{1, 2, 3, 4}) + raw(b));
 }

@@ -24,7 +24,8 @@ razorkv::attention_mass mass_of(const std::vector<double>& values) {
 }
 
 TEST(RazorkvH2o, HandWorkedPromptAndDecode) {
-  // 6 prompt tokens, budget 4 = 2 heavy hitters + 2 recent; 1 kv head of dim 2 read by 2 query heads.
+  // 6 prompt tokens, budget 4 = 2 heavy hitters + 2 recent; 1 kv head of dim 2 read by 2 query
+  // heads.
   const index_t dim = 2;
   std::vector<float> kv(static_cast<std::size_t>(10 * dim));
   for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<float>(i);
@@ -47,7 +48,8 @@ TEST(RazorkvH2o, HandWorkedPromptAndDecode) {
   cache.observe(0, layer_view<const float>::nhd(zero_queries.data(), 1, 2, dim));
   const std::vector<double> scores = cache.scores(0, 0), want = {1.0, 0.95, 0.51, 0.5};
   ASSERT_EQ(scores.size(), want.size());
-  for (std::size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(scores[e], want[e], 1e-15) << "entry " << e;
+  for (std::size_t e = 0; e < want.size(); ++e)
+    EXPECT_NEAR(scores[e], want[e], 1e-15) << "entry " << e;
   // Token 7 pushes 5 (0.51) out; the weakest heavy hitter has 0.95, so 5 is dropped.
   cache.append(0, tokens.middle_tokens(7, 1), tokens.middle_tokens(7, 1));
   EXPECT_EQ(cache.positions(0, 0), (std::vector<index_t>{0, 4, 6, 7}));
@@ -55,7 +57,8 @@ TEST(RazorkvH2o, HandWorkedPromptAndDecode) {
   std::vector<index_t> seen;
   for (index_t s = 0; s < cache.num_spans(0, 0); ++s) {
     const razorkv::kv_span<float> span = cache.span(0, 0, s);
-    for (index_t r = 0; r < span.length(); ++r) seen.push_back(static_cast<index_t>(span.keys(r, 0)) / dim);
+    for (index_t r = 0; r < span.length(); ++r)
+      seen.push_back(static_cast<index_t>(span.keys(r, 0)) / dim);
   }
   EXPECT_EQ(seen, (std::vector<index_t>{0, 4, 6, 7}));
   EXPECT_EQ(cache.num_tokens(0), 8);
@@ -64,13 +67,16 @@ TEST(RazorkvH2o, HandWorkedPromptAndDecode) {
 TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
   const index_t dim = 16, kv_heads = 2, query_heads = 6, prompt = 50;
   std::mt19937_64 rng(9);
-  const auto keys = razorkv_test::random_values<float>(static_cast<std::size_t>(60 * kv_heads * dim), rng);
-  const auto queries = razorkv_test::random_values<float>(static_cast<std::size_t>(60 * query_heads * dim), rng);
+  const auto keys =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(60 * kv_heads * dim), rng);
+  const auto queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(60 * query_heads * dim), rng);
   const auto k = layer_view<const float>::nhd(keys.data(), 60, kv_heads, dim);
   const auto q = layer_view<const float>::nhd(queries.data(), 60, query_heads, dim);
   razorkv::h2o_kv_cache<float> cache(1, kv_heads, dim, 20);
-  cache.compress_layer(0, k.middle_tokens(0, prompt), k.middle_tokens(0, prompt),
-                       razorkv::observed_attention(q.middle_tokens(0, prompt), k.middle_tokens(0, prompt)));
+  cache.compress_layer(
+      0, k.middle_tokens(0, prompt), k.middle_tokens(0, prompt),
+      razorkv::observed_attention(q.middle_tokens(0, prompt), k.middle_tokens(0, prompt)));
   for (index_t t = prompt; t < 60; ++t) {
     cache.append(0, k.middle_tokens(t, 1), k.middle_tokens(t, 1));
     std::vector<std::vector<double>> before;
@@ -85,7 +91,8 @@ TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
           const razorkv::kv_span<float> span = cache.span(0, h, s);
           for (index_t r = 0; r < span.length(); ++r) {
             double dot = 0;
-            for (index_t c = 0; c < dim; ++c) dot += static_cast<double>(q.token(t)(qh, c)) * span.keys(r, c);
+            for (index_t c = 0; c < dim; ++c)
+              dot += static_cast<double>(q.token(t)(qh, c)) * span.keys(r, c);
             logits.push_back(dot / 4.0);
           }
         }
@@ -96,7 +103,8 @@ TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
       const std::vector<double> after = cache.scores(0, h);
       ASSERT_EQ(after.size(), added.size());
       for (std::size_t e = 0; e < after.size(); ++e) {
-        EXPECT_NEAR(after[e] - before[static_cast<std::size_t>(h)][e], added[e], 1e-6);  // float logits
+        EXPECT_NEAR(after[e] - before[static_cast<std::size_t>(h)][e], added[e],
+                    1e-6);  // float logits
       }
       EXPECT_EQ(razorkv::num_entries(cache, 0, h), 20);
     }
@@ -135,8 +143,8 @@ TEST(RazorkvH2o, BadInputIsRejected) {
   razorkv::h2o_kv_cache<float> cache(1, 1, 8, 4);
   RAZORKV_EXPECT_ERROR(cache.compress_layer(0, view, view, mass_of({1, 2, 3})), kShapeMismatch,
                        "prompt_mass is [1 kv heads, 3 tokens], the prompt [1, 5]");
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, view, view, mass_of({1, 2, NAN, 4, 5})), kInvalidArgument,
-                       "prompt_mass value 2 (nan) is not finite");
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, view, view, mass_of({1, 2, NAN, 4, 5})),
+                       kInvalidArgument, "prompt_mass value 2 (nan) is not finite");
   RAZORKV_EXPECT_ERROR(cache.observe(0, view), kInvalidArgument, "has not been compressed yet");
   cache.compress_layer(0, view, view, mass_of({1, 2, 3, 4, 5}));
   RAZORKV_EXPECT_ERROR(cache.observe(0, view.middle_tokens(0, 3)), kInvalidArgument,

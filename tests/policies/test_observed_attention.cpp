@@ -24,22 +24,30 @@ TYPED_TEST(RazorkvObservedAttention, MatchesTheReferenceAndSumsToOnePerQuery) {
     index_t tokens, observed, query_heads, kv_heads, dim;
   };
   // One token; every query observed; one query; GQA 3:1; an odd head_dim; more rows than a block.
-  const std::vector<shape> shapes = {{1, 1, 2, 1, 8}, {37, 37, 4, 2, 16}, {50, 1, 3, 3, 5}, {300, 7, 6, 2, 33},
+  const std::vector<shape> shapes = {{1, 1, 2, 1, 8},
+                                     {37, 37, 4, 2, 16},
+                                     {50, 1, 3, 3, 5},
+                                     {300, 7, 6, 2, 33},
                                      {40000, 3, 2, 1, 8}};
   std::mt19937_64 rng(11);
   for (const shape& s : shapes) {
-    SCOPED_TRACE(::testing::Message() << s.tokens << " tokens, " << s.observed << " observed, " << s.query_heads << "/"
-                                      << s.kv_heads << " heads, dim " << s.dim);
+    SCOPED_TRACE(::testing::Message()
+                 << s.tokens << " tokens, " << s.observed << " observed, " << s.query_heads << "/"
+                 << s.kv_heads << " heads, dim " << s.dim);
     // Padded rows: token stride = heads * dim + 3.
     const index_t q_stride = s.query_heads * s.dim + 3, k_stride = s.kv_heads * s.dim + 3;
-    const auto queries = razorkv_test::random_values<T>(static_cast<std::size_t>(s.observed * q_stride), rng, 2.0);
-    const auto keys = razorkv_test::random_values<T>(static_cast<std::size_t>(s.tokens * k_stride), rng, 2.0);
-    const auto q = layer_view<const T>::nhd(queries.data(), s.observed, s.query_heads, s.dim, q_stride);
+    const auto queries =
+        razorkv_test::random_values<T>(static_cast<std::size_t>(s.observed * q_stride), rng, 2.0);
+    const auto keys =
+        razorkv_test::random_values<T>(static_cast<std::size_t>(s.tokens * k_stride), rng, 2.0);
+    const auto q =
+        layer_view<const T>::nhd(queries.data(), s.observed, s.query_heads, s.dim, q_stride);
     const auto k = layer_view<const T>::nhd(keys.data(), s.tokens, s.kv_heads, s.dim, k_stride);
     const razorkv::attention_mass got = razorkv::observed_attention(q, k);
     const razorkv::attention_mass want = razorkv::reference::observed_attention(q, k);
     ASSERT_EQ(got.values.size(), want.values.size());
-    EXPECT_LT(razorkv_test::max_abs_diff(got.values, want.values), 2e-5 * static_cast<double>(s.observed));
+    EXPECT_LT(razorkv_test::max_abs_diff(got.values, want.values),
+              2e-5 * static_cast<double>(s.observed));
     const index_t group = s.query_heads / s.kv_heads;
     for (index_t h = 0; h < s.kv_heads; ++h) {
       double total = 0;
@@ -60,7 +68,8 @@ TEST(RazorkvObservedAttentionErrors, BadShapesAndValuesAreRejected) {
   RAZORKV_EXPECT_ERROR(razorkv::observed_attention(odd_heads, two_kv), kShapeMismatch,
                        "num_query_heads (3) is not a multiple of num_kv_heads (2)");
   k[5] = std::numeric_limits<float>::quiet_NaN();
-  RAZORKV_EXPECT_ERROR(razorkv::observed_attention(queries.middle_tokens(0, 2), keys), kInvalidArgument,
+  RAZORKV_EXPECT_ERROR(razorkv::observed_attention(queries.middle_tokens(0, 2), keys),
+                       kInvalidArgument,
                        "observed_attention: key (nan) at token 0 head 0 dim 5 is not finite");
 }
 

@@ -19,7 +19,8 @@ TYPED_TEST_SUITE(RazorkvPolicyCaches, razorkv_test::storage_dtypes);
 
 // Every entry of `cache` (layer 0) equals the prompt row at its position, keys and values.
 template <class Cache, class T>
-void expect_rows_of_positions(const Cache& cache, index_t kv_head, const std::vector<index_t>& positions,
+void expect_rows_of_positions(const Cache& cache, index_t kv_head,
+                              const std::vector<index_t>& positions,
                               const layer_view<const T>& keys, const layer_view<const T>& values) {
   index_t e = 0;
   for (index_t s = 0; s < cache.num_spans(0, kv_head); ++s) {
@@ -27,8 +28,10 @@ void expect_rows_of_positions(const Cache& cache, index_t kv_head, const std::ve
     for (index_t r = 0; r < span.length(); ++r, ++e) {
       const index_t p = positions[static_cast<std::size_t>(e)];
       for (index_t c = 0; c < keys.head_dim(); ++c) {
-        ASSERT_EQ(razorkv_test::to_double(span.keys(r, c)), razorkv_test::to_double(keys.token(p)(kv_head, c)));
-        ASSERT_EQ(razorkv_test::to_double(span.values(r, c)), razorkv_test::to_double(values.token(p)(kv_head, c)));
+        ASSERT_EQ(razorkv_test::to_double(span.keys(r, c)),
+                  razorkv_test::to_double(keys.token(p)(kv_head, c)));
+        ASSERT_EQ(razorkv_test::to_double(span.values(r, c)),
+                  razorkv_test::to_double(values.token(p)(kv_head, c)));
       }
     }
   }
@@ -37,10 +40,12 @@ void expect_rows_of_positions(const Cache& cache, index_t kv_head, const std::ve
 
 // decode_attention over `cache` against the reference, for the query of token t.
 template <class Cache, class T>
-void expect_decode_matches_reference(const Cache& cache, const layer_view<const T>& queries, index_t t) {
+void expect_decode_matches_reference(const Cache& cache, const layer_view<const T>& queries,
+                                     index_t t) {
   const razorkv::matrix_view<const T> q = queries.token(t);
   std::vector<float> out(static_cast<std::size_t>(q.rows() * q.cols()));
-  razorkv::decode_attention(cache, 0, q, razorkv::matrix_view<float>(out.data(), q.rows(), q.cols()));
+  razorkv::decode_attention(cache, 0, q,
+                            razorkv::matrix_view<float>(out.data(), q.rows(), q.cols()));
   const std::vector<double> want = razorkv::reference::decode_attention(cache, 0, q);
   EXPECT_LT(razorkv_test::max_abs_diff(out, want), 1e-4);
 }
@@ -51,9 +56,11 @@ TYPED_TEST(RazorkvPolicyCaches, KeepThePromptsRowsAndDecodeLikeTheReference) {
   std::mt19937_64 rng(21);
   // Padded rows (token stride kv_heads * dim + 5) as an engine's buffers may have.
   const index_t stride = kv_heads * dim + 5, q_stride = query_heads * dim;
-  const auto keys_data = razorkv_test::random_values<T>(static_cast<std::size_t>(total * stride), rng);
+  const auto keys_data =
+      razorkv_test::random_values<T>(static_cast<std::size_t>(total * stride), rng);
   const auto values_data = razorkv_test::random_values<T>(keys_data.size(), rng);
-  const auto queries_data = razorkv_test::random_values<T>(static_cast<std::size_t>(total * q_stride), rng);
+  const auto queries_data =
+      razorkv_test::random_values<T>(static_cast<std::size_t>(total * q_stride), rng);
   const auto keys = layer_view<const T>::nhd(keys_data.data(), total, kv_heads, dim, stride);
   const auto values = layer_view<const T>::nhd(values_data.data(), total, kv_heads, dim, stride);
   const auto queries = layer_view<const T>::nhd(queries_data.data(), total, query_heads, dim);
@@ -61,11 +68,13 @@ TYPED_TEST(RazorkvPolicyCaches, KeepThePromptsRowsAndDecodeLikeTheReference) {
   razorkv::snapkv_config snap;
   snap.window = 8;
   razorkv::selected_kv_cache<T> snapkv(1, kv_heads, dim);
-  razorkv::snapkv_compress_layer(snapkv, 0, queries.middle_tokens(prompt - 8, 8), keys.middle_tokens(0, prompt),
-                                 values.middle_tokens(0, prompt), 40, snap);
+  razorkv::snapkv_compress_layer(snapkv, 0, queries.middle_tokens(prompt - 8, 8),
+                                 keys.middle_tokens(0, prompt), values.middle_tokens(0, prompt), 40,
+                                 snap);
   razorkv::h2o_kv_cache<T> h2o(1, kv_heads, dim, 40);
-  h2o.compress_layer(0, keys.middle_tokens(0, prompt), values.middle_tokens(0, prompt),
-                     razorkv::observed_attention(queries.middle_tokens(0, prompt), keys.middle_tokens(0, prompt)));
+  h2o.compress_layer(
+      0, keys.middle_tokens(0, prompt), values.middle_tokens(0, prompt),
+      razorkv::observed_attention(queries.middle_tokens(0, prompt), keys.middle_tokens(0, prompt)));
   for (index_t t = prompt; t < total; ++t) {
     snapkv.append(0, keys.middle_tokens(t, 1), values.middle_tokens(t, 1));
     h2o.append(0, keys.middle_tokens(t, 1), values.middle_tokens(t, 1));

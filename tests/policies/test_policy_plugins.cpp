@@ -23,14 +23,16 @@ using razorkv::index_t;
 struct keep_first_policy {
   std::string name = "keep_first";
   template <class T>
-  razorkv::selected_kv_cache<T> compress(const razorkv::prompt_kv<T>& prompt, index_t budget) const {
+  razorkv::selected_kv_cache<T> compress(const razorkv::prompt_kv<T>& prompt,
+                                         index_t budget) const {
     const razorkv::model_shape& shape = prompt.shape();
     razorkv::selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
     std::vector<index_t> first(static_cast<std::size_t>(std::min(budget, prompt.tokens())));
     std::iota(first.begin(), first.end(), index_t{0});
     for (index_t l = 0; l < shape.num_layers; ++l) {
-      cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values,
-                           std::vector<std::vector<index_t>>(static_cast<std::size_t>(shape.num_kv_heads), first));
+      cache.compress_layer(
+          l, prompt.layer(l).keys, prompt.layer(l).values,
+          std::vector<std::vector<index_t>>(static_cast<std::size_t>(shape.num_kv_heads), first));
     }
     return cache;
   }
@@ -60,8 +62,10 @@ struct random_prompt {
     for (std::size_t l = 0; l < q.size(); ++l) {
       const auto all_q = razorkv::layer_view<const float>::nhd(q[l].data(), tokens, 4, 32);
       out.push_back({all_q.middle_tokens(prompt_tokens - queries, queries),
-                     razorkv::layer_view<const float>::nhd(k[l].data(), tokens, 2, 32).middle_tokens(0, prompt_tokens),
-                     razorkv::layer_view<const float>::nhd(v[l].data(), tokens, 2, 32).middle_tokens(0, prompt_tokens)});
+                     razorkv::layer_view<const float>::nhd(k[l].data(), tokens, 2, 32)
+                         .middle_tokens(0, prompt_tokens),
+                     razorkv::layer_view<const float>::nhd(v[l].data(), tokens, 2, 32)
+                         .middle_tokens(0, prompt_tokens)});
     }
     return out;
   }
@@ -74,7 +78,8 @@ TEST(PolicyPlugins, AUserPolicyRunsThroughCompressPromptThePolicyValueAndTheHarn
   const random_prompt r(200);
   const razorkv::prompt_kv<float> prompt = r.prompt(192, 0);
   const razorkv::memory_budget budget = razorkv::memory_budget::entries_per_head(50);
-  const razorkv::selected_kv_cache<float> typed = razorkv::compress_prompt(keep_first_policy{}, prompt, budget);
+  const razorkv::selected_kv_cache<float> typed =
+      razorkv::compress_prompt(keep_first_policy{}, prompt, budget);
   EXPECT_EQ(typed.positions(1, 1), std::vector<index_t>([] {
               std::vector<index_t> p(50);
               std::iota(p.begin(), p.end(), index_t{0});
@@ -107,24 +112,29 @@ TEST(PolicyPlugins, CachesOfDifferentPoliciesDecodeAsOneBatch) {
   const razorkv::prompt_kv<float> prompt = r.prompt(300, 64);
   razorkv::head_plan plan(r.shape);
   plan.set_retrieval(0, 1, true);
-  const std::vector<razorkv::policy> policies = {razorkv::full_policy(), razorkv::razor_policy("razor", plan),
-                                                 razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
-                                                 razorkv::h2o_policy({}, 64), keep_first_policy{}};
+  const std::vector<razorkv::policy> policies = {
+      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
+      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
+      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
   std::vector<razorkv::any_kv_cache<float>> caches;
   for (const razorkv::policy& p : policies) {
-    caches.push_back(razorkv::compress_prompt(p, prompt, razorkv::memory_budget::fraction_of_full(0.4)));
+    caches.push_back(
+        razorkv::compress_prompt(p, prompt, razorkv::memory_budget::fraction_of_full(0.4)));
   }
   const index_t batch = static_cast<index_t>(caches.size());
   std::mt19937_64 rng(9);
-  const std::vector<float> queries = razorkv_test::random_values<float>(static_cast<std::size_t>(batch * 4 * 32), rng);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(batch * 4 * 32), rng);
   std::vector<float> batched(queries.size()), single(queries.size());
   for (index_t layer = 0; layer < 2; ++layer) {
-    razorkv::decode_attention_batch(caches, layer, razorkv::layer_view<const float>::nhd(queries.data(), batch, 4, 32),
-                                    razorkv::layer_view<float>::nhd(batched.data(), batch, 4, 32));
+    razorkv::decode_attention_batch(
+        caches, layer, razorkv::layer_view<const float>::nhd(queries.data(), batch, 4, 32),
+        razorkv::layer_view<float>::nhd(batched.data(), batch, 4, 32));
     for (index_t b = 0; b < batch; ++b) {
-      razorkv::decode_attention(caches[static_cast<std::size_t>(b)], layer,
-                                razorkv::matrix_view<const float>(queries.data() + b * 4 * 32, 4, 32),
-                                razorkv::matrix_view<float>(single.data() + b * 4 * 32, 4, 32));
+      razorkv::decode_attention(
+          caches[static_cast<std::size_t>(b)], layer,
+          razorkv::matrix_view<const float>(queries.data() + b * 4 * 32, 4, 32),
+          razorkv::matrix_view<float>(single.data() + b * 4 * 32, 4, 32));
     }
     EXPECT_EQ(batched, single) << "layer " << layer;
   }
@@ -143,9 +153,12 @@ TEST(PolicyPlugins, AnErasedH2OCacheStillObservesDecode) {
   razorkv::any_kv_cache<float> erased = razorkv::policy(h2o).compress(prompt, 40);
   for (index_t t = 256; t < 260; ++t) {
     for (index_t l = 0; l < 2; ++l) {
-      const auto k = razorkv::layer_view<const float>::nhd(r.k[static_cast<std::size_t>(l)].data(), 260, 2, 32);
-      const auto v = razorkv::layer_view<const float>::nhd(r.v[static_cast<std::size_t>(l)].data(), 260, 2, 32);
-      const auto q = razorkv::layer_view<const float>::nhd(r.q[static_cast<std::size_t>(l)].data(), 260, 4, 32);
+      const auto k = razorkv::layer_view<const float>::nhd(r.k[static_cast<std::size_t>(l)].data(),
+                                                           260, 2, 32);
+      const auto v = razorkv::layer_view<const float>::nhd(r.v[static_cast<std::size_t>(l)].data(),
+                                                           260, 2, 32);
+      const auto q = razorkv::layer_view<const float>::nhd(r.q[static_cast<std::size_t>(l)].data(),
+                                                           260, 4, 32);
       typed.append(l, k.middle_tokens(t, 1), v.middle_tokens(t, 1));
       erased.append(l, k.middle_tokens(t, 1), v.middle_tokens(t, 1));
       razorkv::observe_decode(typed, l, q.middle_tokens(t, 1));
@@ -174,15 +187,18 @@ TEST(PolicyPlugins, PromptKvHoldsOnlyTheQueriesAPolicyReads) {
   plan.set_retrieval(1, 0, true);
   const razorkv::memory_budget budget = razorkv::memory_budget::entries_per_head(64);
   // Razor, StreamingLLM and the full cache read no query.
-  EXPECT_NO_THROW(razorkv::compress_prompt(razorkv::razor_policy("razor", plan), no_queries, budget));
+  EXPECT_NO_THROW(
+      razorkv::compress_prompt(razorkv::razor_policy("razor", plan), no_queries, budget));
   EXPECT_NO_THROW(razorkv::compress_prompt(razorkv::streaming_llm_policy(), no_queries, budget));
   EXPECT_NO_THROW(razorkv::compress_prompt(razorkv::full_policy(), no_queries, budget));
   // SnapKV needs its window's queries, H2O the ones it observes.
-  RAZORKV_EXPECT_ERROR(razorkv::compress_prompt(razorkv::snapkv_policy(), no_queries, budget), kInvalidArgument,
-                       "snapkv_policy: window (32) needs that many prompt queries; the prompt_kv holds 0");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::compress_prompt(razorkv::snapkv_policy(), no_queries, budget), kInvalidArgument,
+      "snapkv_policy: window (32) needs that many prompt queries; the prompt_kv holds 0");
   const razorkv::prompt_kv<float> sixteen = r.prompt(128, 16);
-  RAZORKV_EXPECT_ERROR(razorkv::compress_prompt(razorkv::h2o_policy(), sixteen, budget), kInvalidArgument,
-                       "h2o_policy: observed_queries (128) needs that many prompt queries; the prompt_kv holds 16");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::compress_prompt(razorkv::h2o_policy(), sixteen, budget), kInvalidArgument,
+      "h2o_policy: observed_queries (128) needs that many prompt queries; the prompt_kv holds 16");
   EXPECT_NO_THROW(razorkv::compress_prompt(razorkv::h2o_policy({}, 16), sixteen, budget));
   // The observed attention of the last queries is the same whether the prompt holds just
   // them or every prompt query.
@@ -196,7 +212,47 @@ TEST(PolicyPlugins, PromptKvHoldsOnlyTheQueriesAPolicyReads) {
                        "1 layers given, the model has 2");
   std::vector<razorkv::layer_sequence<float>> uneven = r.layers(128, 8);
   uneven[1].queries = uneven[1].queries.middle_tokens(0, 4);
-  RAZORKV_EXPECT_ERROR((razorkv::prompt_kv<float>(r.shape, uneven)), kShapeMismatch, "layer 1 holds 4 queries");
+  RAZORKV_EXPECT_ERROR((razorkv::prompt_kv<float>(r.shape, uneven)), kShapeMismatch,
+                       "layer 1 holds 4 queries");
+}
+
+static_assert(razorkv::detail::has_memory_vocabulary<razorkv::dense_kv_cache<float>>::value);
+static_assert(razorkv::detail::has_memory_vocabulary<razorkv::razor_kv_cache<float>>::value);
+static_assert(razorkv::detail::has_memory_vocabulary<razorkv::selected_kv_cache<float>>::value);
+static_assert(razorkv::detail::has_memory_vocabulary<razorkv::h2o_kv_cache<float>>::value);
+static_assert(razorkv::detail::has_memory_vocabulary<razorkv::any_kv_cache<float>>::value);
+
+TEST(PolicyPlugins, EveryCacheSpeaksOneMemoryVocabulary) {
+  const random_prompt r(300);
+  const razorkv::prompt_kv<float> prompt = r.prompt(300, 64);
+  razorkv::head_plan plan(r.shape);
+  plan.set_retrieval(0, 1, true);
+  const std::vector<razorkv::policy> policies = {
+      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
+      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
+      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+  for (const razorkv::policy& p : policies) {
+    const razorkv::any_kv_cache<float> cache =
+        razorkv::compress_prompt(p, prompt, razorkv::memory_budget::entries_per_head(100));
+    index_t entries = 0;
+    for (index_t l = 0; l < 2; ++l) {
+      for (index_t h = 0; h < 2; ++h) {
+        EXPECT_EQ(cache.entries(l, h), razorkv::num_entries(cache, l, h)) << p.name;
+        entries += cache.entries(l, h);
+      }
+    }
+    // K and V of every entry, float, head_dim 32; the budget holds (the full cache ignores it).
+    EXPECT_EQ(cache.kv_bytes(), entries * 2 * 32 * static_cast<index_t>(sizeof(float))) << p.name;
+    EXPECT_EQ(cache.kv_bytes(), razorkv::held_kv_bytes(cache)) << p.name;
+    if (p.name != "full") {
+      EXPECT_LE(entries, 4 * 100) << p.name;
+    }
+    EXPECT_GE(cache.allocated_bytes(), cache.kv_bytes()) << p.name;
+  }
+  // A dense cache's allocation is its capacity.
+  razorkv::dense_kv_cache<float> dense(2, 2, 32, 500);
+  EXPECT_EQ(dense.kv_bytes(), 0);
+  EXPECT_EQ(dense.allocated_bytes(), 2 * 500 * 2 * 2 * 32 * static_cast<index_t>(sizeof(float)));
 }
 
 }  // namespace

@@ -13,8 +13,9 @@ namespace razorkv_test {
 /// [num_query_heads, L, L] row-major probabilities of softmax(scale * q.k - slope * (i - j)),
 /// causal, from [L, heads, dim] queries and keys.
 template <class TQ, class TK>
-std::vector<double> reference_probabilities(razorkv::layer_view<const TQ> q, razorkv::layer_view<const TK> k,
-                                            double scale, const std::vector<double>& slopes = {}) {
+std::vector<double> reference_probabilities(razorkv::layer_view<const TQ> q,
+                                            razorkv::layer_view<const TK> k, double scale,
+                                            const std::vector<double>& slopes = {}) {
   using razorkv::index_t;
   const index_t length = q.tokens(), heads = q.heads(), dim = q.head_dim();
   const index_t group = heads / k.heads();
@@ -35,9 +36,11 @@ std::vector<double> reference_probabilities(razorkv::layer_view<const TQ> q, raz
         max_logit = std::fmax(max_logit, s);
       }
       double sum = 0.0;
-      for (index_t j = 0; j <= i; ++j) sum += std::exp(logits[static_cast<std::size_t>(j)] - max_logit);
+      for (index_t j = 0; j <= i; ++j)
+        sum += std::exp(logits[static_cast<std::size_t>(j)] - max_logit);
       for (index_t j = 0; j <= i; ++j) {
-        a[static_cast<std::size_t>((h * length + i) * length + j)] = std::exp(logits[static_cast<std::size_t>(j)] - max_logit) / sum;
+        a[static_cast<std::size_t>((h * length + i) * length + j)] =
+            std::exp(logits[static_cast<std::size_t>(j)] - max_logit) / sum;
       }
     }
   }

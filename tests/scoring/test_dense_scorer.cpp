@@ -17,7 +17,8 @@ namespace {
 
 using razorkv::index_t;
 
-razorkv::probe make_probe(index_t p, index_t r, bool bos, bool duplicates = false, std::int64_t vocab = 1000) {
+razorkv::probe make_probe(index_t p, index_t r, bool bos, bool duplicates = false,
+                          std::int64_t vocab = 1000) {
   razorkv::probe_config c;
   c.num_random_tokens = p;
   c.repeats = r;
@@ -35,22 +36,27 @@ std::vector<T> uniform_attention(index_t heads, index_t length) {
   for (index_t h = 0; h < heads; ++h)
     for (index_t i = 0; i < length; ++i)
       for (index_t j = 0; j <= i; ++j)
-        a[static_cast<std::size_t>((h * length + i) * length + j)] = static_cast<T>(1.0 / static_cast<double>(i + 1));
+        a[static_cast<std::size_t>((h * length + i) * length + j)] =
+            static_cast<T>(1.0 / static_cast<double>(i + 1));
   return a;
 }
 
 // Brute force over the token ids: for each scored row, every earlier position with the same id.
-razorkv::layer_scores brute_force(const razorkv::probe& probe, const std::vector<double>& a, index_t heads, index_t step = 1) {
+razorkv::layer_scores brute_force(const razorkv::probe& probe, const std::vector<double>& a,
+                                  index_t heads, index_t step = 1) {
   const index_t length = probe.length(), offset = probe.has_bos() ? 1 : 0;
   const index_t period = probe.num_random_tokens(), positions = period * probe.repeats();
-  razorkv::layer_scores s{std::vector<double>(static_cast<std::size_t>(heads)), std::vector<double>(static_cast<std::size_t>(heads))};
+  razorkv::layer_scores s{std::vector<double>(static_cast<std::size_t>(heads)),
+                          std::vector<double>(static_cast<std::size_t>(heads))};
   for (index_t h = 0; h < heads; ++h) {
     index_t rows = 0;
     for (index_t i = period; i < positions; i += step, ++rows) {
       for (index_t j = 0; j < i; ++j) {
         if (probe.id_at(j) != probe.id_at(i)) continue;
-        s.echo[static_cast<std::size_t>(h)] += a[static_cast<std::size_t>((h * length + i + offset) * length + j + offset)];
-        s.induction[static_cast<std::size_t>(h)] += a[static_cast<std::size_t>((h * length + i + offset) * length + j + 1 + offset)];
+        s.echo[static_cast<std::size_t>(h)] +=
+            a[static_cast<std::size_t>((h * length + i + offset) * length + j + offset)];
+        s.induction[static_cast<std::size_t>(h)] +=
+            a[static_cast<std::size_t>((h * length + i + offset) * length + j + 1 + offset)];
       }
     }
     s.echo[static_cast<std::size_t>(h)] /= static_cast<double>(rows);
@@ -80,7 +86,9 @@ TEST(RazorkvScoring, HandComputedSixTokens) {
   with_bos[0] = 1.0;
   for (index_t i = 0; i < 6; ++i) {
     with_bos[static_cast<std::size_t>((i + 1) * 7)] = 0.5;
-    for (index_t j = 0; j < 6; ++j) with_bos[static_cast<std::size_t>((i + 1) * 7 + j + 1)] = 0.5 * a[static_cast<std::size_t>(i * 6 + j)];
+    for (index_t j = 0; j < 6; ++j)
+      with_bos[static_cast<std::size_t>((i + 1) * 7 + j + 1)] =
+          0.5 * a[static_cast<std::size_t>(i * 6 + j)];
   }
   const auto sb = razorkv::score_from_probabilities(make_probe(3, 2, true), with_bos.data(), 1, 7);
   EXPECT_EQ(sb.echo[0], 0.5 * (0.5 + 0.5 + 0.25) / 3.0);
@@ -106,10 +114,13 @@ TYPED_TEST(RazorkvScoringTyped, UniformHeadScoresItsAnalyticValue) {
     }
     expected /= static_cast<double>(period * (repeats - 1));
     // 16-bit storage rounds 1/(i+1) to 8 or 11 significant bits.
-    const double tol = std::is_same_v<T, Eigen::bfloat16> ? 8e-3 : std::is_same_v<T, Eigen::half> ? 1e-3 : 1e-6;
+    const double tol = std::is_same_v<T, Eigen::bfloat16> ? 8e-3
+                       : std::is_same_v<T, Eigen::half>   ? 1e-3
+                                                          : 1e-6;
     for (index_t h = 0; h < heads; ++h) {
       EXPECT_NEAR(s.echo[static_cast<std::size_t>(h)], expected, tol * expected) << "bos " << bos;
-      EXPECT_NEAR(s.induction[static_cast<std::size_t>(h)], expected, tol * expected) << "bos " << bos;
+      EXPECT_NEAR(s.induction[static_cast<std::size_t>(h)], expected, tol * expected)
+          << "bos " << bos;
     }
   }
 }
@@ -126,16 +137,20 @@ TEST(RazorkvScoring, DuplicateMasksAndSubsamplingMatchBruteForce) {
       for (index_t h = 0; h < heads; ++h)
         for (index_t i = 0; i < length; ++i) {
           double sum = 0.0;
-          for (index_t j = 0; j <= i; ++j) sum += (a[static_cast<std::size_t>((h * length + i) * length + j)] = u(rng));
-          for (index_t j = 0; j <= i; ++j) a[static_cast<std::size_t>((h * length + i) * length + j)] /= sum;
+          for (index_t j = 0; j <= i; ++j)
+            sum += (a[static_cast<std::size_t>((h * length + i) * length + j)] = u(rng));
+          for (index_t j = 0; j <= i; ++j)
+            a[static_cast<std::size_t>((h * length + i) * length + j)] /= sum;
         }
       razorkv::scoring_options options;
       options.row_step = step;
       const auto got = razorkv::score_from_probabilities(probe, a.data(), heads, length, options);
       const auto want = brute_force(probe, a, heads, step);
       for (index_t h = 0; h < heads; ++h) {
-        EXPECT_NEAR(got.echo[static_cast<std::size_t>(h)], want.echo[static_cast<std::size_t>(h)], 1e-12);
-        EXPECT_NEAR(got.induction[static_cast<std::size_t>(h)], want.induction[static_cast<std::size_t>(h)], 1e-12);
+        EXPECT_NEAR(got.echo[static_cast<std::size_t>(h)], want.echo[static_cast<std::size_t>(h)],
+                    1e-12);
+        EXPECT_NEAR(got.induction[static_cast<std::size_t>(h)],
+                    want.induction[static_cast<std::size_t>(h)], 1e-12);
       }
     }
   }
@@ -152,18 +167,25 @@ TEST(RazorkvScoring, BadInputIsANamedErrorAndTheTableStaysUntouched) {
   const auto score_into_table = [&](const float* p, index_t heads, index_t len) {
     table.set_layer(0, razorkv::score_from_probabilities(probe, p, heads, len));
   };
-  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length + 1), kShapeMismatch, "length (11) != probe length (10 = 5 x 2)");
-  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 0, length), kInvalidArgument, "num_query_heads (0)");
-  RAZORKV_EXPECT_ERROR(score_into_table(nullptr, 2, length), kInvalidArgument, "probabilities is null");
-  a[static_cast<std::size_t>(length * length + 3 * length + 1)] = std::numeric_limits<float>::quiet_NaN();  // unscored row
-  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length), kInvalidArgument, "probability (nan) at head 1 row 3 column 1");
+  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length + 1), kShapeMismatch,
+                       "length (11) != probe length (10 = 5 x 2)");
+  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 0, length), kInvalidArgument,
+                       "num_query_heads (0)");
+  RAZORKV_EXPECT_ERROR(score_into_table(nullptr, 2, length), kInvalidArgument,
+                       "probabilities is null");
+  a[static_cast<std::size_t>(length * length + 3 * length + 1)] =
+      std::numeric_limits<float>::quiet_NaN();  // unscored row
+  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length), kInvalidArgument,
+                       "probability (nan) at head 1 row 3 column 1");
   a[static_cast<std::size_t>(length * length + 3 * length + 1)] = 0.25f;
   a[static_cast<std::size_t>(length * length + 7 * length + 2)] += 0.5f;
-  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length), kInvalidArgument, "row 7 of head 1 sums to 1.5");
+  RAZORKV_EXPECT_ERROR(score_into_table(a.data(), 2, length), kInvalidArgument,
+                       "row 7 of head 1 sums to 1.5");
   EXPECT_EQ(table.echo(0, 1), echo_before);
 
   RAZORKV_EXPECT_ERROR(table.set_layer(1, {{0, 0}, {0, 0}}), kOutOfRange, "layer (1)");
-  RAZORKV_EXPECT_ERROR(table.set_layer(0, {{0, 0, 0}, {0, 0}}), kShapeMismatch, "has 3 echo scores");
+  RAZORKV_EXPECT_ERROR(table.set_layer(0, {{0, 0, 0}, {0, 0}}), kShapeMismatch,
+                       "has 3 echo scores");
   RAZORKV_EXPECT_ERROR(table.set_layer(0, {{0.5, 0.5}, {0.5, std::nan("")}}), kInvalidArgument,
                        "induction score of layer 0 head 1 is nan");
   EXPECT_EQ(table.echo(0, 1), echo_before);

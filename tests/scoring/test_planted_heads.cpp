@@ -62,18 +62,22 @@ TEST(RazorkvPlantedHeads, ScorersRankPlantedHeadsFirst) {
   EXPECT_GT(induction[6], 0.3);
   EXPECT_GT(induction[7], 0.3);
   for (std::size_t h : {2u, 3u, 4u}) {
-    EXPECT_LT(echo[h], 0.05) << razorkv::head_kind_name(suite_config().query_heads[h].components[0].first);
-    EXPECT_LT(induction[h], 0.05) << razorkv::head_kind_name(suite_config().query_heads[h].components[0].first);
+    EXPECT_LT(echo[h], 0.05) << razorkv::head_kind_name(
+        suite_config().query_heads[h].components[0].first);
+    EXPECT_LT(induction[h], 0.05) << razorkv::head_kind_name(
+        suite_config().query_heads[h].components[0].first);
   }
   // A uniform head reads every earlier copy with weight 1/(i + 1).
   double expected = 0.0;
-  for (index_t p = 64; p < 256; ++p) expected += static_cast<double>(p / 64) / static_cast<double>(p + 2);
+  for (index_t p = 64; p < 256; ++p)
+    expected += static_cast<double>(p / 64) / static_cast<double>(p + 2);
   expected /= 192.0;
   EXPECT_NEAR(echo[5], expected, 1e-5 * expected);
   EXPECT_NEAR(induction[5], expected, 1e-5 * expected);
 
   // The dense scorer on the softmax of the same Q/K agrees.
-  const auto probs = razorkv_test::reference_probabilities(layer.query_view(), layer.key_view(), 1.0 / std::sqrt(128.0));
+  const auto probs = razorkv_test::reference_probabilities(layer.query_view(), layer.key_view(),
+                                                           1.0 / std::sqrt(128.0));
   const auto dense = razorkv::score_from_probabilities(probe, probs.data(), 8, probe.length());
   for (std::size_t h = 0; h < echo.size(); ++h) {
     EXPECT_NEAR(echo[h], dense.echo[h], 1e-5 * dense.echo[h] + 1e-12);
@@ -85,10 +89,12 @@ TEST(RazorkvPlantedHeads, BadConfigIsANamedError) {
   const auto probe = make_probe(8, 2);
   auto config = suite_config();
   config.num_kv_heads = 3;
-  RAZORKV_EXPECT_ERROR(razorkv::make_planted_layer(probe, config), kShapeMismatch, "query_heads.size() (8)");
+  RAZORKV_EXPECT_ERROR(razorkv::make_planted_layer(probe, config), kShapeMismatch,
+                       "query_heads.size() (8)");
   config = suite_config();
   config.head_dim = 8;
-  RAZORKV_EXPECT_ERROR(razorkv::make_planted_layer(probe, config), kInvalidArgument, "head_dim (8)");
+  RAZORKV_EXPECT_ERROR(razorkv::make_planted_layer(probe, config), kInvalidArgument,
+                       "head_dim (8)");
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ TEST(RazorkvProbe, SameSeedSameIdsOnEveryPlatform) {
   // the same with every standard library; a change here breaks saved calibrations.
   const razorkv::probe probe(config(6, 2, 50000, 42));
   const std::vector<std::int64_t> expected = {20406, 44824, 41450, 5662, 39381, 28428};
-  EXPECT_EQ(std::vector<std::int64_t>(probe.tokens().begin(), probe.tokens().begin() + 6), expected);
+  EXPECT_EQ(std::vector<std::int64_t>(probe.tokens().begin(), probe.tokens().begin() + 6),
+            expected);
   EXPECT_EQ(razorkv::probe(config(6, 2, 50000, 42)).tokens(), probe.tokens());
   EXPECT_NE(razorkv::probe(config(6, 2, 50000, 43)).tokens(), probe.tokens());
 }
@@ -74,14 +75,19 @@ TEST(RazorkvProbe, RebuiltFromItsTokens) {
   for (index_t s = 0; s < 12; ++s) EXPECT_EQ(rebuilt.same_id_slots(s), original.same_id_slots(s));
   std::vector<std::int64_t> broken = original.tokens();
   broken[1 + 12 + 5] += 1;
-  RAZORKV_EXPECT_ERROR(razorkv::probe(broken, 12, 3, true), kInvalidArgument, "position 17 holds id");
-  RAZORKV_EXPECT_ERROR(razorkv::probe(original.tokens(), 12, 3, false), kShapeMismatch, "37 tokens given, expected 12 x 3 = 36");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(broken, 12, 3, true), kInvalidArgument,
+                       "position 17 holds id");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(original.tokens(), 12, 3, false), kShapeMismatch,
+                       "37 tokens given, expected 12 x 3 = 36");
 }
 
 TEST(RazorkvProbe, BadConfigsAreNamedErrors) {
-  RAZORKV_EXPECT_ERROR(razorkv::probe(config(0, 4, 100)), kInvalidArgument, "num_random_tokens (0)");
-  RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 1, 100)), kInvalidArgument, "repeats (1) must be >= 2");
-  RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 4, 0)), kInvalidArgument, "id range [0, 0) is empty");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(config(0, 4, 100)), kInvalidArgument,
+                       "num_random_tokens (0)");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 1, 100)), kInvalidArgument,
+                       "repeats (1) must be >= 2");
+  RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 4, 0)), kInvalidArgument,
+                       "id range [0, 0) is empty");
   RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 4, 5)), kInvalidArgument,
                        "holds 5 ids, fewer than num_random_tokens (10)");
 }

@@ -13,12 +13,15 @@ namespace {
 TEST(RazorkvAlibi, StandardSlopes) {
   const auto eight = razorkv::alibi_slopes(8);
   ASSERT_EQ(eight.size(), 8u);
-  for (int i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(eight[static_cast<std::size_t>(i)], std::pow(2.0, -(i + 1)));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(eight[static_cast<std::size_t>(i)], std::pow(2.0, -(i + 1)));
   // 12 heads: the 8 slopes of 8, then slopes 1, 3, 5, 7 (0-based 0, 2, 4, 6) of 16.
   const auto twelve = razorkv::alibi_slopes(12);
   ASSERT_EQ(twelve.size(), 12u);
-  for (int i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(twelve[static_cast<std::size_t>(i)], eight[static_cast<std::size_t>(i)]);
-  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(twelve[static_cast<std::size_t>(8 + i)], std::pow(2.0, -0.5 * (2 * i + 1)));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(twelve[static_cast<std::size_t>(i)], eight[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_DOUBLE_EQ(twelve[static_cast<std::size_t>(8 + i)], std::pow(2.0, -0.5 * (2 * i + 1)));
   EXPECT_EQ(razorkv::alibi_slopes(1), std::vector<double>{1.0 / 256.0});
   RAZORKV_EXPECT_ERROR(razorkv::alibi_slopes(0), kInvalidArgument, "num_heads (0)");
 }
@@ -30,11 +33,13 @@ TEST(RazorkvAlibi, SpansAndPlans) {
   const auto slopes = razorkv::alibi_slopes(8);
   razorkv::alibi_selection options;
   options.bound = 1.0;
-  options.seq_len = 2000;  // spans: (2 + 6.9078) / 2^-(i+1) -> head 7 (slope 1/256) is ~2280, head 6 ~1140
+  options.seq_len =
+      2000;  // spans: (2 + 6.9078) / 2^-(i+1) -> head 7 (slope 1/256) is ~2280, head 6 ~1140
   const auto plan = razorkv::select_alibi_heads(shape, slopes, options);
   EXPECT_EQ(plan.retrieval_heads(0), (std::vector<razorkv::index_t>{7}));
   EXPECT_EQ(plan.retrieval_heads(1), (std::vector<razorkv::index_t>{7}));
-  EXPECT_EQ(plan.buffer_override(0, 0), static_cast<razorkv::index_t>(std::ceil(razorkv::alibi_span(0.5, 1.0))));
+  EXPECT_EQ(plan.buffer_override(0, 0),
+            static_cast<razorkv::index_t>(std::ceil(razorkv::alibi_span(0.5, 1.0))));
   EXPECT_FALSE(plan.buffer_override(0, 7).has_value());
   options.ratio = 0.25;  // 4 of 16 groups: heads 7 and 6 of both layers
   const auto by_ratio = razorkv::select_alibi_heads(shape, slopes, options);
@@ -48,7 +53,8 @@ TEST(RazorkvAlibi, SpansAndPlans) {
   const auto capped = razorkv::select_alibi_heads(shape, tiny, options);
   EXPECT_EQ(capped.buffer_override(0, 3), razorkv::index_t{1} << 62);
   RAZORKV_EXPECT_ERROR(razorkv::alibi_span(0.0, 1.0), kInvalidArgument, "slope (0)");
-  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, {1.0}, options), kShapeMismatch, "1 slopes for 8 query heads");
+  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, {1.0}, options), kShapeMismatch,
+                       "1 slopes for 8 query heads");
 }
 
 }  // namespace

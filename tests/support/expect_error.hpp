@@ -8,13 +8,13 @@
 
 #include <string>
 
-#define RAZORKV_EXPECT_ERROR(statement, expected_code, needle)                                        \
-  do {                                                                                       \
-    try {                                                                                    \
-      statement;                                                                             \
-      ADD_FAILURE() << "expected razorkv::error mentioning '" << (needle) << "'";            \
-    } catch (const ::razorkv::error& e_) {                                                   \
-      EXPECT_EQ(e_.code(), ::razorkv::errc::expected_code) << e_.what();                            \
-      EXPECT_NE(std::string(e_.what()).find(needle), std::string::npos) << e_.what();       \
-    }                                                                                        \
+#define RAZORKV_EXPECT_ERROR(statement, expected_code, needle)                        \
+  do {                                                                                \
+    try {                                                                             \
+      statement;                                                                      \
+      ADD_FAILURE() << "expected razorkv::error mentioning '" << (needle) << "'";     \
+    } catch (const ::razorkv::error& e_) {                                            \
+      EXPECT_EQ(e_.code(), ::razorkv::errc::expected_code) << e_.what();              \
+      EXPECT_NE(std::string(e_.what()).find(needle), std::string::npos) << e_.what(); \
+    }                                                                                 \
   } while (0)

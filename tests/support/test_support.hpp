@@ -54,7 +54,8 @@ double max_abs_diff(const std::vector<A>& a, const std::vector<B>& b) {
   double worst = 0.0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
     const double x = to_double(a[i]), y = to_double(b[i]);
-    EXPECT_TRUE(std::isfinite(x) && std::isfinite(y)) << "non-finite value at " << i << ": " << x << " vs " << y;
+    EXPECT_TRUE(std::isfinite(x) && std::isfinite(y))
+        << "non-finite value at " << i << ": " << x << " vs " << y;
     worst = std::fmax(worst, std::fabs(x - y));
   }
   return worst;
@@ -67,8 +68,8 @@ double max_abs(const std::vector<A>& a) {
   return m;
 }
 
-/// A single-layer read-only source whose heads are explicit lists of spans, each with its own storage,
-/// row padding and log-weight: the awkward layouts a paged or compressed cache produces.
+/// A single-layer read-only source whose heads are explicit lists of spans, each with its own
+/// storage, row padding and log-weight: the awkward layouts a paged or compressed cache produces.
 template <class T>
 class span_list_cache {
  public:
@@ -85,17 +86,19 @@ class span_list_cache {
   }
   razorkv::kv_span<T> span(index_t, index_t kv_head, index_t i) const {
     const stored& s = *heads_.at(static_cast<std::size_t>(kv_head)).at(static_cast<std::size_t>(i));
-    if (s.rows == 0) return {razorkv::matrix_view<const T>(nullptr, 0, head_dim_),
-                             razorkv::matrix_view<const T>(nullptr, 0, head_dim_), s.log_weight};
+    if (s.rows == 0)
+      return {razorkv::matrix_view<const T>(nullptr, 0, head_dim_),
+              razorkv::matrix_view<const T>(nullptr, 0, head_dim_), s.log_weight};
     return {razorkv::matrix_view<const T>(s.keys.data(), s.rows, head_dim_, s.stride),
-            razorkv::matrix_view<const T>(s.values.data(), s.rows, head_dim_, s.stride), s.log_weight};
+            razorkv::matrix_view<const T>(s.values.data(), s.rows, head_dim_, s.stride),
+            s.log_weight};
   }
 
   /// Appends a span of `rows` rows to head `kv_head`, copied from contiguous [rows, head_dim]
   /// arrays into storage with `padding` extra elements per row (filled with NaN, which the
   /// kernels must never read).
-  void add_span(index_t kv_head, const T* keys, const T* values, index_t rows, float log_weight = 0.0f,
-                index_t padding = 0) {
+  void add_span(index_t kv_head, const T* keys, const T* values, index_t rows,
+                float log_weight = 0.0f, index_t padding = 0) {
     auto s = std::make_unique<stored>();
     s->rows = rows;
     s->stride = head_dim_ + padding;

@@ -3,9 +3,9 @@
 // with planted heads: an induction head in layer 0, kv group 1, and an echo head in layer 2,
 // kv group 0; every other head is local, sink or previous-token.
 //   make_synthetic_dumps DIR P R      (the probe has a BOS)
+#include <razorkv/eval.hpp>
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/npy.hpp>
-#include <razorkv/eval.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -29,15 +29,19 @@ int main(int argc, char** argv) {
     config.head_dim = 64;
     config.seed = static_cast<std::uint64_t>(layer);
     for (int h = 0; h < 8; ++h) {
-      head_kind kind = h % 3 == 0 ? head_kind::kLocal : h % 3 == 1 ? head_kind::kSink : head_kind::kPreviousToken;
+      head_kind kind = h % 3 == 0   ? head_kind::kLocal
+                       : h % 3 == 1 ? head_kind::kSink
+                                    : head_kind::kPreviousToken;
       if (layer == 0 && h == 5) kind = head_kind::kInduction;
       if (layer == 2 && h == 2) kind = head_kind::kEcho;
       config.query_heads.push_back({{{kind, 10.0}}, 0.1});
     }
     const auto planted = razorkv::make_planted_layer(probe, config);
     const std::string prefix = dir + "/L" + std::to_string(layer);
-    razorkv::io::write_text_file(prefix + "_q.npy", razorkv::io::format_npy(planted.queries, {planted.length, 8, 64}));
-    razorkv::io::write_text_file(prefix + "_k.npy", razorkv::io::format_npy(planted.keys, {planted.length, 2, 64}));
+    razorkv::io::write_text_file(prefix + "_q.npy",
+                                 razorkv::io::format_npy(planted.queries, {planted.length, 8, 64}));
+    razorkv::io::write_text_file(prefix + "_k.npy",
+                                 razorkv::io::format_npy(planted.keys, {planted.length, 2, 64}));
     // The same layer as attention probabilities [heads, L, L] (causal softmax, scale 1/8).
     const razorkv::index_t n = planted.length;
     std::vector<float> attn(static_cast<std::size_t>(8 * n * n), 0.0f);
@@ -56,7 +60,8 @@ int main(int argc, char** argv) {
         }
         for (double& l : logits) sum += (l = std::exp(l - top));
         for (razorkv::index_t j = 0; j <= i; ++j) {
-          attn[static_cast<std::size_t>((h * n + i) * n + j)] = static_cast<float>(logits[static_cast<std::size_t>(j)] / sum);
+          attn[static_cast<std::size_t>((h * n + i) * n + j)] =
+              static_cast<float>(logits[static_cast<std::size_t>(j)] / sum);
         }
       }
     }

@@ -35,8 +35,8 @@ struct attention_options {
 namespace detail {
 
 inline index_t entries_per_task(const attention_options& options, const char* where) {
-  RAZORKV_CHECK(options.max_entries_per_task >= 0, kInvalidArgument, where, ": max_entries_per_task (",
-                options.max_entries_per_task, ") must be >= 0");
+  RAZORKV_CHECK(options.max_entries_per_task >= 0, kInvalidArgument, where,
+                ": max_entries_per_task (", options.max_entries_per_task, ") must be >= 0");
   return options.max_entries_per_task > 0 ? options.max_entries_per_task : kDefaultEntriesPerTask;
 }
 
@@ -60,9 +60,10 @@ void decode_attention_multi(const Source& source, index_t layer, layer_view<TQ> 
   detail::check_decode_types<Source, TQ, TO>();
   using T = typename Source::value_type;
   std::vector<detail::decode_work<T, TO>> works;
-  works.push_back(detail::prepare_decode(source, layer, queries, out, options.scale, options.check_finite,
-                                         "decode_attention"));
-  detail::run_decode(works, source.head_dim(), options.parallel_for, detail::entries_per_task(options, "decode_attention"));
+  works.push_back(detail::prepare_decode(source, layer, queries, out, options.scale,
+                                         options.check_finite, "decode_attention"));
+  detail::run_decode(works, source.head_dim(), options.parallel_for,
+                     detail::entries_per_task(options, "decode_attention"));
 }
 
 /// Decode attention for a batch of independent sequences, one source (cache) each, in one parallel
@@ -74,43 +75,49 @@ void decode_attention_multi(const Source& source, index_t layer, layer_view<TQ> 
 /// \param queries [batch, num_query_heads, head_dim], any strides
 /// \param out     [batch, num_query_heads, head_dim], any strides; may alias queries
 template <class Source, class TQ, class TO>
-void decode_attention_batch(const Source* const* caches, index_t batch, index_t layer, layer_view<TQ> queries,
-                            layer_view<TO> out, const attention_options& options = {}) {
+void decode_attention_batch(const Source* const* caches, index_t batch, index_t layer,
+                            layer_view<TQ> queries, layer_view<TO> out,
+                            const attention_options& options = {}) {
   detail::check_decode_types<Source, TQ, TO>();
   using T = typename Source::value_type;
   constexpr const char* kWhere = "decode_attention_batch";
   RAZORKV_CHECK(batch > 0 && caches != nullptr, kInvalidArgument, kWhere, ": batch (", batch,
                 ") must be > 0, with a non-null caches array");
-  RAZORKV_CHECK(queries.tokens() == batch && out.tokens() == batch, kShapeMismatch, kWhere, ": queries.tokens() (",
-                queries.tokens(), ") and out.tokens() (", out.tokens(), ") must equal batch (", batch, ")");
+  RAZORKV_CHECK(queries.tokens() == batch && out.tokens() == batch, kShapeMismatch, kWhere,
+                ": queries.tokens() (", queries.tokens(), ") and out.tokens() (", out.tokens(),
+                ") must equal batch (", batch, ")");
   std::vector<detail::decode_work<T, TO>> works;
   works.reserve(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const Source* cache = caches[b];
     RAZORKV_CHECK(cache != nullptr, kInvalidArgument, kWhere, ": caches[", b, "] is null");
-    RAZORKV_CHECK(cache->num_kv_heads() == caches[0]->num_kv_heads() && cache->head_dim() == caches[0]->head_dim(),
-                  kShapeMismatch, kWhere, ": caches[", b, "] has ", cache->num_kv_heads(), " kv heads of dim ",
-                  cache->head_dim(), ", caches[0] has ", caches[0]->num_kv_heads(), " of dim ",
-                  caches[0]->head_dim());
+    RAZORKV_CHECK(cache->num_kv_heads() == caches[0]->num_kv_heads() &&
+                      cache->head_dim() == caches[0]->head_dim(),
+                  kShapeMismatch, kWhere, ": caches[", b, "] has ", cache->num_kv_heads(),
+                  " kv heads of dim ", cache->head_dim(), ", caches[0] has ",
+                  caches[0]->num_kv_heads(), " of dim ", caches[0]->head_dim());
     const auto one_token = [b](auto view) {
       using V = decltype(view);
-      return V(view.data() + b * view.token_stride(), 1, view.heads(), view.head_dim(), view.token_stride(),
-               view.head_stride());
+      return V(view.data() + b * view.token_stride(), 1, view.heads(), view.head_dim(),
+               view.token_stride(), view.head_stride());
     };
-    works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out), options.scale,
-                                           options.check_finite, kWhere));
+    works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out),
+                                           options.scale, options.check_finite, kWhere));
   }
-  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for, detail::entries_per_task(options, kWhere));
+  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for,
+                     detail::entries_per_task(options, kWhere));
 }
 
 /// decode_attention_batch over a vector of sources.
 template <class Source, class TQ, class TO>
-void decode_attention_batch(const std::vector<Source>& caches, index_t layer, layer_view<TQ> queries,
-                            layer_view<TO> out, const attention_options& options = {}) {
+void decode_attention_batch(const std::vector<Source>& caches, index_t layer,
+                            layer_view<TQ> queries, layer_view<TO> out,
+                            const attention_options& options = {}) {
   RAZORKV_CHECK(!caches.empty(), kInvalidArgument, "decode_attention_batch: caches is empty");
   std::vector<const Source*> pointers;
   for (const Source& c : caches) pointers.push_back(&c);
-  decode_attention_batch(pointers.data(), static_cast<index_t>(pointers.size()), layer, queries, out, options);
+  decode_attention_batch(pointers.data(), static_cast<index_t>(pointers.size()), layer, queries,
+                         out, options);
 }
 
 /// Decode attention for one new query per query head (see decode_attention_multi).
@@ -125,12 +132,11 @@ void decode_attention(const Source& source, index_t layer, matrix_view<TQ> queri
   RAZORKV_CHECK(out.rows() == queries.rows() && out.cols() == queries.cols(), kShapeMismatch,
                 "decode_attention: out is [", out.rows(), ", ", out.cols(), "], queries are [",
                 queries.rows(), ", ", queries.cols(), "]");
-  decode_attention_multi(source, layer,
-                         layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(),
-                                        queries.cols(), queries.row_stride()),
-                         layer_view<TO>(out.data(), 1, out.rows(), out.cols(), out.cols(),
-                                        out.row_stride()),
-                         options);
+  decode_attention_multi(
+      source, layer,
+      layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(), queries.cols(),
+                     queries.row_stride()),
+      layer_view<TO>(out.data(), 1, out.rows(), out.cols(), out.cols(), out.row_stride()), options);
 }
 
 RAZORKV_END_NAMESPACE

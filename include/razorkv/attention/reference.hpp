@@ -13,6 +13,7 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -32,7 +33,7 @@ std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
   RAZORKV_CHECK(queries.head_dim() == dim && num_query_heads % num_kv_heads == 0, kShapeMismatch,
                 "reference::decode_attention: queries [", tokens, ", ", num_query_heads, ", ",
                 queries.head_dim(), "] do not fit kv heads ", num_kv_heads, " x dim ", dim);
-  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  const double s = detail::softmax_scale(scale, dim, "reference::decode_attention");
   const index_t group = num_query_heads / num_kv_heads;
 
   std::vector<double> out(static_cast<std::size_t>(tokens * num_query_heads * dim), 0.0);
@@ -48,7 +49,8 @@ std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
     for (index_t i = 0; i < cache.num_spans(layer, kv_head); ++i) {
       const auto span = cache.span(layer, kv_head, i);
       for (index_t r = 0; r < span.length(); ++r) {
-        entries.push_back({span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
+        entries.push_back(
+            {span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
       }
     }
     const index_t total = static_cast<index_t>(entries.size());
@@ -62,9 +64,11 @@ std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
       for (index_t e = 0; e < visible; ++e) {
         double dot = 0.0;
         for (index_t c = 0; c < dim; ++c) {
-          dot += razorkv::detail::to_double(q[c]) * razorkv::detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
+          dot += razorkv::detail::to_double(q[c]) *
+                 razorkv::detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
         }
-        logits[static_cast<std::size_t>(e)] = s * dot + entries[static_cast<std::size_t>(e)].log_weight;
+        logits[static_cast<std::size_t>(e)] =
+            s * dot + entries[static_cast<std::size_t>(e)].log_weight;
         max_logit = std::max(max_logit, logits[static_cast<std::size_t>(e)]);
       }
       double denominator = 0.0;

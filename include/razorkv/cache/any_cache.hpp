@@ -14,6 +14,21 @@
 
 RAZORKV_BEGIN_NAMESPACE
 
+namespace detail {
+
+// Whether a cache has the memory vocabulary razorkv's caches share: entries(layer, kv_head),
+// kv_bytes() and allocated_bytes().
+template <class C, class = void>
+struct has_memory_vocabulary : std::false_type {};
+
+template <class C>
+struct has_memory_vocabulary<
+    C, std::void_t<decltype(std::declval<const C&>().entries(index_t{}, index_t{})),
+                   decltype(std::declval<const C&>().kv_bytes()),
+                   decltype(std::declval<const C&>().allocated_bytes())>> : std::true_type {};
+
+}  // namespace detail
+
 /// Owns a cache of any type that satisfies the KV-cache contract, and is itself a KV cache: it
 /// forwards the contract (and observe, for caches that learn during decode) through one virtual
 /// call each. Decode reads a span per (kv head, span) per step, so the indirection costs nothing
@@ -26,7 +41,8 @@ class any_kv_cache {
  public:
   using value_type = T;
 
-  template <class Cache, class = std::enable_if_t<!std::is_same_v<std::decay_t<Cache>, any_kv_cache>>>
+  template <class Cache,
+            class = std::enable_if_t<!std::is_same_v<std::decay_t<Cache>, any_kv_cache>>>
   any_kv_cache(Cache&& cache)  // NOLINT(google-explicit-constructor): a cache is an any_kv_cache
       : held_(std::make_unique<model<std::decay_t<Cache>>>(std::forward<Cache>(cache))) {
     static_assert(is_kv_cache_v<std::decay_t<Cache>>, "razorkv::any_kv_cache: not a KV cache");
@@ -47,22 +63,30 @@ class any_kv_cache {
   index_t num_layers() const { return get().num_layers(); }
   index_t num_kv_heads() const { return get().num_kv_heads(); }
   index_t head_dim() const { return get().head_dim(); }
-  index_t num_spans(index_t layer, index_t kv_head) const { return get().num_spans(layer, kv_head); }
-  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const { return get().span(layer, kv_head, i); }
+  index_t num_spans(index_t layer, index_t kv_head) const {
+    return get().num_spans(layer, kv_head);
+  }
+  kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
+    return get().span(layer, kv_head, i);
+  }
   void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
     get().append(layer, keys, values);
   }
   /// Forwards to the held cache's observe when it has one (observe_decode's hook). Queries in
   /// T or float (an engine's usual query dtype) are accepted, so that no query is dropped
   /// silently for lack of an overload.
-  void observe(index_t layer, layer_view<const T> queries) { get().observe_as_stored(layer, queries); }
+  void observe(index_t layer, layer_view<const T> queries) {
+    get().observe_as_stored(layer, queries);
+  }
   template <class U = T, class = std::enable_if_t<!std::is_same_v<U, float>>>
   void observe(index_t layer, layer_view<const float> queries) {
     get().observe_as_float(layer, queries);
   }
 
-  /// K and V bytes held (held_kv_bytes).
-  index_t kv_bytes() const { return held_kv_bytes(*this); }
+  // The memory vocabulary every razorkv cache shares, forwarded.
+  index_t entries(index_t layer, index_t kv_head) const { return get().entries(layer, kv_head); }
+  index_t kv_bytes() const { return get().kv_bytes(); }
+  index_t allocated_bytes() const { return get().allocated_bytes(); }
 
   /// The held cache when it is a Cache, else null (as std::function::target).
   template <class Cache>
@@ -88,6 +112,9 @@ class any_kv_cache {
     virtual void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) = 0;
     virtual void observe_as_stored(index_t layer, layer_view<const T> queries) = 0;
     virtual void observe_as_float(index_t layer, layer_view<const float> queries) = 0;
+    virtual index_t entries(index_t layer, index_t kv_head) const = 0;
+    virtual index_t kv_bytes() const = 0;
+    virtual index_t allocated_bytes() const = 0;
   };
 
   template <class Cache>
@@ -98,7 +125,9 @@ class any_kv_cache {
     index_t num_layers() const override { return cache.num_layers(); }
     index_t num_kv_heads() const override { return cache.num_kv_heads(); }
     index_t head_dim() const override { return cache.head_dim(); }
-    index_t num_spans(index_t layer, index_t kv_head) const override { return cache.num_spans(layer, kv_head); }
+    index_t num_spans(index_t layer, index_t kv_head) const override {
+      return cache.num_spans(layer, kv_head);
+    }
     kv_span<T> span(index_t layer, index_t kv_head, index_t i) const override {
       return cache.span(layer, kv_head, i);
     }
@@ -111,17 +140,36 @@ class any_kv_cache {
     void observe_as_float(index_t layer, layer_view<const float> queries) override {
       observe_decode(cache, layer, queries);
     }
+    // A cache of the user's without the memory vocabulary is counted from its spans, and its
+    // allocation as what it holds.
+    index_t entries(index_t layer, index_t kv_head) const override {
+      if constexpr (detail::has_memory_vocabulary<Cache>::value) {
+        return cache.entries(layer, kv_head);
+      } else {
+        return num_entries(cache, layer, kv_head);
+      }
+    }
+    index_t kv_bytes() const override { return held_kv_bytes(cache); }
+    index_t allocated_bytes() const override {
+      if constexpr (detail::has_memory_vocabulary<Cache>::value) {
+        return cache.allocated_bytes();
+      } else {
+        return held_kv_bytes(cache);
+      }
+    }
     Cache cache;
   };
 
   interface& get() const {
-    RAZORKV_CHECK(held_ != nullptr, kInvalidArgument, "any_kv_cache: the cache is empty (moved from)");
+    RAZORKV_CHECK(held_ != nullptr, kInvalidArgument,
+                  "any_kv_cache: the cache is empty (moved from)");
     return *held_;
   }
 
   std::unique_ptr<interface> held_;
 };
 
-static_assert(is_kv_cache_v<any_kv_cache<float>>, "any_kv_cache must satisfy the KV-cache contract");
+static_assert(is_kv_cache_v<any_kv_cache<float>>,
+              "any_kv_cache must satisfy the KV-cache contract");
 
 RAZORKV_END_NAMESPACE

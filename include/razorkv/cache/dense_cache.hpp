@@ -50,13 +50,30 @@ class dense_kv_cache {
   index_t head_dim() const noexcept { return head_dim_; }
 
   /// Tokens held by `layer` (every kv head of a layer holds the same tokens).
-  index_t num_tokens(index_t layer) const { return layer_at(layer, "dense_kv_cache::num_tokens").tokens; }
-  index_t capacity(index_t layer) const { return layer_at(layer, "dense_kv_cache::capacity").capacity; }
+  index_t num_tokens(index_t layer) const {
+    return layer_at(layer, "dense_kv_cache::num_tokens").tokens;
+  }
+  index_t capacity(index_t layer) const {
+    return layer_at(layer, "dense_kv_cache::capacity").capacity;
+  }
 
+  // The memory vocabulary every razorkv cache shares: entries of a head, K/V bytes held, and
+  // K/V bytes allocated (held plus spare capacity).
+  /// Entries the head holds: the layer's tokens.
+  index_t entries(index_t layer, index_t kv_head) const {
+    check_head(kv_head, "dense_kv_cache::entries");
+    return num_tokens(layer);
+  }
   /// Bytes of K and V held for the tokens stored (not counting spare capacity).
-  index_t size_bytes() const noexcept {
+  index_t kv_bytes() const noexcept {
     index_t tokens = 0;
     for (const auto& l : layers_) tokens += l.tokens;
+    return 2 * tokens * num_kv_heads_ * head_dim_ * static_cast<index_t>(sizeof(T));
+  }
+  /// Bytes of K and V allocated, spare capacity included.
+  index_t allocated_bytes() const noexcept {
+    index_t tokens = 0;
+    for (const auto& l : layers_) tokens += l.capacity;
     return 2 * tokens * num_kv_heads_ * head_dim_ * static_cast<index_t>(sizeof(T));
   }
 
@@ -75,14 +92,19 @@ class dense_kv_cache {
   }
 
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
-    RAZORKV_CHECK(i >= 0 && i < num_spans(layer, kv_head), kOutOfRange, "dense_kv_cache::span: span (",
-                  i, ") outside [0, ", num_spans(layer, kv_head), ")");
+    RAZORKV_CHECK(i >= 0 && i < num_spans(layer, kv_head), kOutOfRange,
+                  "dense_kv_cache::span: span (", i, ") outside [0, ", num_spans(layer, kv_head),
+                  ")");
     return kv_span<T>{keys(layer).head(kv_head), values(layer).head(kv_head), 0.0f};
   }
 
   /// Layer `layer`'s keys as [tokens, kv_heads, head_dim], laid out HND with the layer's capacity.
-  layer_view<const T> keys(index_t layer) const { return storage_view(layer, &layer_storage::keys, "dense_kv_cache::keys"); }
-  layer_view<const T> values(index_t layer) const { return storage_view(layer, &layer_storage::values, "dense_kv_cache::values"); }
+  layer_view<const T> keys(index_t layer) const {
+    return storage_view(layer, &layer_storage::keys, "dense_kv_cache::keys");
+  }
+  layer_view<const T> values(index_t layer) const {
+    return storage_view(layer, &layer_storage::values, "dense_kv_cache::values");
+  }
 
   /// Appends keys.tokens() tokens to every kv head of `layer`. keys and values are
   /// [tokens, num_kv_heads, head_dim] in any layout, and may point into this cache.
@@ -91,8 +113,8 @@ class dense_kv_cache {
     check_append_shape(keys, "keys");
     check_append_shape(values, "values");
     RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch,
-                  "dense_kv_cache::append: keys.tokens() (", keys.tokens(), ") != values.tokens() (",
-                  values.tokens(), ")");
+                  "dense_kv_cache::append: keys.tokens() (", keys.tokens(),
+                  ") != values.tokens() (", values.tokens(), ")");
     const index_t added = keys.tokens();
     if (added == 0) return;
     const index_t needed = detail::checked_add(l.tokens, added, "dense_kv_cache::append: tokens");
@@ -135,7 +157,7 @@ class dense_kv_cache {
   }
 
   layer_view<const T> storage_view(index_t layer, std::vector<T> layer_storage::*member,
-                              const char* where) const {
+                                   const char* where) const {
     const layer_storage& l = layer_at(layer, where);
     const std::vector<T>& buffer = l.*member;
     return layer_view<const T>::hnd(buffer.empty() ? nullptr : buffer.data(), l.tokens,

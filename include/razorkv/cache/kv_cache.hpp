@@ -62,9 +62,9 @@ struct is_kv_source_impl<
           std::is_convertible_v<decltype(std::declval<const S&>().head_dim()), index_t> &&
           std::is_convertible_v<decltype(std::declval<const S&>().num_spans(index_t{}, index_t{})),
                                 index_t> &&
-          std::is_convertible_v<
-              decltype(std::declval<const S&>().span(index_t{}, index_t{}, index_t{})),
-              kv_span<typename S::value_type>>> {};
+          std::is_convertible_v<decltype(std::declval<const S&>().span(index_t{}, index_t{},
+                                                                       index_t{})),
+                                kv_span<typename S::value_type>>> {};
 
 template <class C, class = void>
 struct has_append : std::false_type {};
@@ -83,7 +83,8 @@ inline constexpr bool is_kv_source_v = detail::is_kv_source_impl<std::remove_cv_
 
 /// True when C is a KV source that can also append tokens (the KV-cache contract above).
 template <class C>
-inline constexpr bool is_kv_cache_v = is_kv_source_v<C> && detail::has_append<std::remove_cv_t<C>>::value;
+inline constexpr bool is_kv_cache_v =
+    is_kv_source_v<C>&& detail::has_append<std::remove_cv_t<C>>::value;
 
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
 /// The KV-source contract as a C++20 concept (same meaning as is_kv_source_v).
@@ -108,17 +109,17 @@ namespace detail {
 // Throws unless keys and values are both [tokens, kv_heads, head_dim] with the same tokens: the
 // check every cache's append and compression make on the K/V handed to them.
 template <class T>
-void check_token_views(const layer_view<const T>& keys, const layer_view<const T>& values, index_t kv_heads,
-                       index_t head_dim, const char* where) {
+void check_token_views(const layer_view<const T>& keys, const layer_view<const T>& values,
+                       index_t kv_heads, index_t head_dim, const char* where) {
   for (const layer_view<const T>* view : {&keys, &values}) {
     const char* name = view == &keys ? "keys" : "values";
-    RAZORKV_CHECK(view->heads() == kv_heads, kShapeMismatch, where, ": ", name, ".heads() (", view->heads(),
-                  ") != num_kv_heads (", kv_heads, ")");
-    RAZORKV_CHECK(view->head_dim() == head_dim, kShapeMismatch, where, ": ", name, ".head_dim() (", view->head_dim(),
-                  ") != head_dim (", head_dim, ")");
+    RAZORKV_CHECK(view->heads() == kv_heads, kShapeMismatch, where, ": ", name, ".heads() (",
+                  view->heads(), ") != num_kv_heads (", kv_heads, ")");
+    RAZORKV_CHECK(view->head_dim() == head_dim, kShapeMismatch, where, ": ", name, ".head_dim() (",
+                  view->head_dim(), ") != head_dim (", head_dim, ")");
   }
-  RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (", keys.tokens(),
-                ") != values.tokens() (", values.tokens(), ")");
+  RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (",
+                keys.tokens(), ") != values.tokens() (", values.tokens(), ")");
 }
 
 }  // namespace detail
@@ -178,7 +179,8 @@ index_t held_kv_bytes(const Source& source, index_t layer) {
 template <class Source>
 index_t held_kv_bytes(const Source& source) {
   index_t total = 0;
-  for (index_t l = 0; l < static_cast<index_t>(source.num_layers()); ++l) total += held_kv_bytes(source, l);
+  for (index_t l = 0; l < static_cast<index_t>(source.num_layers()); ++l)
+    total += held_kv_bytes(source, l);
   return total;
 }
 

@@ -26,7 +26,8 @@ inline constexpr index_t kWidenRowsForSum = 16;
 template <class R>
 inline void add_rows(const R* RAZORKV_RESTRICT rows, index_t count, index_t stride, index_t dim,
                      double* RAZORKV_RESTRICT sums) noexcept {
-  static_assert(std::is_same_v<R, float> || std::is_same_v<R, double>, "razorkv: add_rows reads float or double");
+  static_assert(std::is_same_v<R, float> || std::is_same_v<R, double>,
+                "razorkv: add_rows reads float or double");
   index_t c = 0;
 #if defined(__GNUC__) || defined(__clang__)
   constexpr int kLanes = simd_lanes<double>;
@@ -76,7 +77,8 @@ void add_rows_to_sums(const matrix_view<const T>& rows, double* RAZORKV_RESTRICT
       const index_t columns = std::min(kSumColumns, dim - c0);
       for (index_t r0 = 0; r0 < count; r0 += kWidenRowsForSum) {
         const index_t block = std::min(kWidenRowsForSum, count - r0);
-        for (index_t r = 0; r < block; ++r) widen_row(rows.row(r0 + r) + c0, scratch + r * kSumColumns, columns);
+        for (index_t r = 0; r < block; ++r)
+          widen_row(rows.row(r0 + r) + c0, scratch + r * kSumColumns, columns);
         add_rows(scratch, block, kSumColumns, columns, sums + c0);
       }
     }

@@ -14,17 +14,17 @@
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/compress/column_sums.hpp"
+#include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/any_view.hpp"
 #include "razorkv/core/dtype.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
-#include "razorkv/select/head_plan.hpp"
-#include "razorkv/select/kv_budget.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -32,9 +32,9 @@ RAZORKV_BEGIN_NAMESPACE
 /// stored (rounded to T), and their exact sums in double.
 template <class T>
 struct compensation_token {
-  index_t count = 0;               ///< tokens folded into it (0: nothing dropped yet)
-  matrix_view<const T> key;        ///< [1, head_dim] mean key, or empty when count == 0 or mode none
-  matrix_view<const T> value;      ///< [1, head_dim] mean value, likewise
+  index_t count = 0;           ///< tokens folded into it (0: nothing dropped yet)
+  matrix_view<const T> key;    ///< [1, head_dim] mean key, or empty when count == 0 or mode none
+  matrix_view<const T> value;  ///< [1, head_dim] mean value, likewise
   const double* key_sum = nullptr;    ///< [head_dim] sum of the dropped keys; null for mode none
   const double* value_sum = nullptr;  ///< [head_dim] sum of the dropped values; null for mode none
 };
@@ -63,7 +63,8 @@ class razor_kv_cache {
   using value_type = T;
 
   /// An empty cache (every layer uncompressed) for the plan's model shape.
-  razor_kv_cache(head_plan plan, const razor_config& config) : plan_(std::move(plan)), config_(config) {
+  razor_kv_cache(head_plan plan, const razor_config& config)
+      : plan_(std::move(plan)), config_(config) {
     check_config(config_, "razor_kv_cache");
     layers_.resize(static_cast<std::size_t>(plan_.shape().num_layers));
   }
@@ -75,12 +76,20 @@ class razor_kv_cache {
   const razor_config& config() const noexcept { return config_; }
 
   /// Whether compress_layer has run on `layer`.
-  bool is_compressed(index_t layer) const { return layer_at(layer, "razor_kv_cache::is_compressed").compressed; }
+  bool is_compressed(index_t layer) const {
+    return layer_at(layer, "razor_kv_cache::is_compressed").compressed;
+  }
   /// Tokens the layer has seen: the prefill plus every appended token (N, growing in decode).
-  index_t num_tokens(index_t layer) const { return layer_at(layer, "razor_kv_cache::num_tokens").tokens; }
-  bool is_retrieval(index_t layer, index_t kv_head) const { return plan_.is_retrieval(layer, kv_head); }
+  index_t num_tokens(index_t layer) const {
+    return layer_at(layer, "razor_kv_cache::num_tokens").tokens;
+  }
+  bool is_retrieval(index_t layer, index_t kv_head) const {
+    return plan_.is_retrieval(layer, kv_head);
+  }
   /// The head's recent window L_h as fixed at compression (0 for a retrieval head).
-  index_t window(index_t layer, index_t kv_head) const { return head_at(layer, kv_head, "razor_kv_cache::window").window; }
+  index_t window(index_t layer, index_t kv_head) const {
+    return head_at(layer, kv_head, "razor_kv_cache::window").window;
+  }
 
   /// Compresses the engine's prefill K/V of one layer into this cache. keys and values are
   /// [N, num_kv_heads, head_dim] in any layout (NHD, HND, padded), read in place: no copy of the
@@ -110,14 +119,16 @@ class razor_kv_cache {
   /// pool seen through paged_kv_view (one span per page): layer `layer` of `prefill` is read
   /// span by span, in place. Every head must hold the same tokens in spans of log-weight 0.
   template <class Source, class = std::enable_if_t<is_kv_source_v<Source>>>
-  void compress_layer(index_t layer, const Source& prefill, const parallel_for_fn& parallel_for = {}) {
+  void compress_layer(index_t layer, const Source& prefill,
+                      const parallel_for_fn& parallel_for = {}) {
     static_assert(std::is_same_v<typename Source::value_type, T>,
                   "razor_kv_cache::compress_layer: the prefill cache stores another dtype");
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     check_layer(prefill, layer, kWhere);
-    RAZORKV_CHECK(prefill.num_kv_heads() == num_kv_heads() && prefill.head_dim() == head_dim(), kShapeMismatch,
-                  kWhere, ": the prefill cache has ", prefill.num_kv_heads(), " kv heads of dim ", prefill.head_dim(),
-                  ", this cache ", num_kv_heads(), " of dim ", head_dim());
+    RAZORKV_CHECK(prefill.num_kv_heads() == num_kv_heads() && prefill.head_dim() == head_dim(),
+                  kShapeMismatch, kWhere, ": the prefill cache has ", prefill.num_kv_heads(),
+                  " kv heads of dim ", prefill.head_dim(), ", this cache ", num_kv_heads(),
+                  " of dim ", head_dim());
     std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
     index_t tokens = -1;
     for (index_t h = 0; h < num_kv_heads(); ++h) {
@@ -125,19 +136,21 @@ class razor_kv_cache {
       index_t held = 0;
       for (index_t i = 0; i < prefill.num_spans(layer, h); ++i) {
         const kv_span<T> span = prefill.span(layer, h, i);
-        RAZORKV_CHECK(span.log_weight == 0.0f, kInvalidArgument, kWhere, ": span ", i, " of kv head ", h,
-                      " has log_weight (", span.log_weight, "); the prefill must be uncompressed");
+        RAZORKV_CHECK(span.log_weight == 0.0f, kInvalidArgument, kWhere, ": span ", i,
+                      " of kv head ", h, " has log_weight (", span.log_weight,
+                      "); the prefill must be uncompressed");
         RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim() &&
                           span.values.cols() == head_dim(),
-                      kShapeMismatch, kWhere, ": span ", i, " of kv head ", h, " has keys [", span.keys.rows(), ", ",
-                      span.keys.cols(), "] and values [", span.values.rows(), ", ", span.values.cols(), "]");
+                      kShapeMismatch, kWhere, ": span ", i, " of kv head ", h, " has keys [",
+                      span.keys.rows(), ", ", span.keys.cols(), "] and values [",
+                      span.values.rows(), ", ", span.values.cols(), "]");
         if (span.length() == 0) continue;
         pieces.keys.push_back(span.keys);
         pieces.values.push_back(span.values);
         held += span.length();
       }
-      RAZORKV_CHECK(tokens < 0 || held == tokens, kShapeMismatch, kWhere, ": kv head ", h, " of the prefill holds ",
-                    held, " tokens, kv head 0 holds ", tokens);
+      RAZORKV_CHECK(tokens < 0 || held == tokens, kShapeMismatch, kWhere, ": kv head ", h,
+                    " of the prefill holds ", held, " tokens, kv head 0 holds ", tokens);
       tokens = held;
     }
     compress_checked(layer, tokens, heads, parallel_for);
@@ -164,9 +177,11 @@ class razor_kv_cache {
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       const head_state& head = l.heads[h];
       if (!head.retrieval && config_.decode == decode_mode::kBounded) continue;
-      const index_t needed = detail::checked_add(head.recent.rows(), added, "razor_kv_cache::append: rows");
+      const index_t needed =
+          detail::checked_add(head.recent.rows(), added, "razor_kv_cache::append: rows");
       if (needed > head.recent.capacity()) {
-        grown[h] = head.recent.grown(std::max(needed, head.recent.capacity() + head.recent.capacity() / 2));
+        grown[h] = head.recent.grown(
+            std::max(needed, head.recent.capacity() + head.recent.capacity() / 2));
       }
     }
     // Phase 2: no allocation, nothing that throws.
@@ -203,7 +218,8 @@ class razor_kv_cache {
 
   index_t num_spans(index_t layer, index_t kv_head) const {
     index_t count = 0;
-    for_each_span(head_at(layer, kv_head, "razor_kv_cache::num_spans"), [&](const kv_span<T>&) { ++count; });
+    for_each_span(head_at(layer, kv_head, "razor_kv_cache::num_spans"),
+                  [&](const kv_span<T>&) { ++count; });
     return count;
   }
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
@@ -212,7 +228,8 @@ class razor_kv_cache {
     for_each_span(head_at(layer, kv_head, "razor_kv_cache::span"), [&](const kv_span<T>& s) {
       if (count++ == i) found = s;
     });
-    RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "razor_kv_cache::span: span (", i, ") outside [0, ", count, ")");
+    RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "razor_kv_cache::span: span (", i,
+                  ") outside [0, ", count, ")");
     return found;
   }
 
@@ -240,29 +257,32 @@ class razor_kv_cache {
     return head.sinks.rows() + head.mean.rows() + head.recent.rows();
   }
   /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
-  /// calculator (kv_budget.hpp), which this agrees with exactly after compression.
+  /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression.
   index_t kv_bytes(index_t layer, index_t kv_head) const {
     return head_kv_bytes(entries(layer, kv_head), head_dim(), static_cast<index_t>(sizeof(T)));
   }
   index_t kv_bytes(index_t layer) const {
     index_t total = 0;
-    for (index_t h = 0; h < num_kv_heads(); ++h) total = detail::checked_add(total, kv_bytes(layer, h), "kv bytes");
+    for (index_t h = 0; h < num_kv_heads(); ++h)
+      total = detail::checked_add(total, kv_bytes(layer, h), "kv bytes");
     return total;
   }
   index_t kv_bytes() const {
     index_t total = 0;
-    for (index_t l = 0; l < num_layers(); ++l) total = detail::checked_add(total, kv_bytes(l), "kv bytes");
+    for (index_t l = 0; l < num_layers(); ++l)
+      total = detail::checked_add(total, kv_bytes(l), "kv bytes");
     return total;
   }
   /// What a dense cache of the same tokens holds.
   index_t dense_kv_bytes(index_t layer) const {
-    return detail::checked_mul(num_kv_heads(),
-                               head_kv_bytes(num_tokens(layer), head_dim(), static_cast<index_t>(sizeof(T))),
-                               "kv bytes");
+    return detail::checked_mul(
+        num_kv_heads(),
+        head_kv_bytes(num_tokens(layer), head_dim(), static_cast<index_t>(sizeof(T))), "kv bytes");
   }
   index_t dense_kv_bytes() const {
     index_t total = 0;
-    for (index_t l = 0; l < num_layers(); ++l) total = detail::checked_add(total, dense_kv_bytes(l), "kv bytes");
+    for (index_t l = 0; l < num_layers(); ++l)
+      total = detail::checked_add(total, dense_kv_bytes(l), "kv bytes");
     return total;
   }
   /// kv_bytes() / dense_kv_bytes() (1 for an empty cache).
@@ -276,7 +296,8 @@ class razor_kv_cache {
     index_t total = 0;
     for (const layer_storage& l : layers_) {
       for (const head_state& head : l.heads) {
-        total += head.sinks.allocated_bytes() + head.recent.allocated_bytes() + head.mean.allocated_bytes() +
+        total += head.sinks.allocated_bytes() + head.recent.allocated_bytes() +
+                 head.mean.allocated_bytes() +
                  static_cast<index_t>(head.sums.capacity() * sizeof(double));
       }
     }
@@ -286,13 +307,14 @@ class razor_kv_cache {
  private:
   struct head_state {
     bool retrieval = false;
-    index_t window = 0;              // L_h; in bounded mode the ring's size (>= 1)
-    detail::head_rows<T> sinks;      // [N0, dim] (non-retrieval heads)
-    detail::head_rows<T> recent;     // retrieval: every token; else the window, a ring in bounded mode
-    index_t ring_start = 0;          // bounded mode: the ring row holding the oldest token
-    index_t dropped = 0;             // D: tokens folded into the compensation token
-    std::vector<double> sums;        // [2, dim]: sums of the dropped keys, then values (not in mode none)
-    detail::head_rows<T> mean;       // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
+    index_t window = 0;           // L_h; in bounded mode the ring's size (>= 1)
+    detail::head_rows<T> sinks;   // [N0, dim] (non-retrieval heads)
+    detail::head_rows<T> recent;  // retrieval: every token; else the window, a ring in bounded mode
+    index_t ring_start = 0;       // bounded mode: the ring row holding the oldest token
+    index_t dropped = 0;          // D: tokens folded into the compensation token
+    std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
+    detail::head_rows<T>
+        mean;  // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
   };
   struct layer_storage {
     std::vector<head_state> heads;  // [num_kv_heads]
@@ -301,8 +323,8 @@ class razor_kv_cache {
   };
 
   const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers(), kOutOfRange, where, ": layer (", layer, ") outside [0, ",
-                  num_layers(), ")");
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers(), kOutOfRange, where, ": layer (", layer,
+                  ") outside [0, ", num_layers(), ")");
     return layers_[static_cast<std::size_t>(layer)];
   }
   layer_storage& layer_at(index_t layer, const char* where) {
@@ -311,8 +333,8 @@ class razor_kv_cache {
   // An uncompressed layer has no head states yet; its heads read as empty.
   const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
     const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads(), kOutOfRange, where, ": kv_head (", kv_head,
-                  ") outside [0, ", num_kv_heads(), ")");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads(), kOutOfRange, where, ": kv_head (",
+                  kv_head, ") outside [0, ", num_kv_heads(), ")");
     static const head_state empty{};
     return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
   }
@@ -321,7 +343,8 @@ class razor_kv_cache {
   // first ([start, capacity) then [0, wrapped) for a wrapped ring); empty parts are skipped.
   template <class F>
   void for_each_span(const head_state& head, F&& f) const {
-    const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count, float log_weight) {
+    const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count,
+                          float log_weight) {
       if (count > 0) f(kv_span<T>{rows.keys(first, count), rows.values(first, count), log_weight});
     };
     part(head.sinks, 0, head.sinks.rows(), 0.0f);
@@ -364,7 +387,8 @@ class razor_kv_cache {
                         const parallel_for_fn& parallel_for) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     layer_storage& target = layer_at(layer, kWhere);
-    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") is already compressed");
     RAZORKV_CHECK(config_.sinks <= tokens, kInvalidArgument, kWhere, ": sinks (", config_.sinks,
                   ") exceeds the prefill's tokens (", tokens, ") in layer ", layer);
     const index_t dim = head_dim();
@@ -394,7 +418,8 @@ class razor_kv_cache {
       head_state& old = kept[static_cast<std::size_t>(h)];
       head.retrieval = plan_.is_retrieval(layer, h);
       if (head.retrieval) {
-        head.recent = rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
+        head.recent =
+            rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
         jobs.push_back({h, tokens, 0});
         continue;
       }
@@ -403,10 +428,12 @@ class razor_kv_cache {
       const index_t dropped = tokens - config_.sinks - keep_recent;
       head.sinks = rows_for(old.sinks, config_.sinks);
       if (bounded) {
-        head.window = std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
+        head.window =
+            std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
         head.recent = rows_for(old.recent, head.window);
       } else {
-        head.recent = rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
+        head.recent =
+            rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
       }
       if (compensate) {
         head.sums = std::move(old.sums);
@@ -425,20 +452,22 @@ class razor_kv_cache {
       head_state& head = heads[static_cast<std::size_t>(job.head)];
       const token_pieces& source = sources[static_cast<std::size_t>(job.head)];
       const auto copy_into = [&](detail::head_rows<T>& rows, index_t first, index_t count) {
-        for_rows(source, first, count, [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-          rows.write(rows.rows(), k, v);
-          rows.set_rows(rows.rows() + k.rows());
-        });
+        for_rows(source, first, count,
+                 [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+                   rows.write(rows.rows(), k, v);
+                   rows.set_rows(rows.rows() + k.rows());
+                 });
       };
       const index_t sinks = head.retrieval ? 0 : config_.sinks;
       copy_into(head.sinks, 0, sinks);
       if (job.dropped > 0) {
         head.dropped = job.dropped;
         if (compensate) {
-          for_rows(source, sinks, job.dropped, [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-            detail::add_rows_to_sums(k, head.sums.data());
-            detail::add_rows_to_sums(v, head.sums.data() + dim);
-          });
+          for_rows(source, sinks, job.dropped,
+                   [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+                     detail::add_rows_to_sums(k, head.sums.data());
+                     detail::add_rows_to_sums(v, head.sums.data() + dim);
+                   });
           refresh_mean(head);
         }
       }
@@ -498,18 +527,20 @@ class razor_kv_cache {
   std::vector<layer_storage> layers_;  // [num_layers]
 };
 
-static_assert(is_kv_cache_v<razor_kv_cache<float>>, "razor_kv_cache must satisfy the KV-cache contract");
+static_assert(is_kv_cache_v<razor_kv_cache<float>>,
+              "razor_kv_cache must satisfy the KV-cache contract");
 
 /// Compresses every layer of a prefilled dense cache: the RazorAttention cache of the same
 /// sequence under `plan` and `config`. The dense cache is only read. Throws kShapeMismatch when
 /// the plan was made for another model shape.
 template <class T>
-razor_kv_cache<T> compress_cache(const dense_kv_cache<T>& dense, const head_plan& plan, const razor_config& config,
+razor_kv_cache<T> compress_cache(const dense_kv_cache<T>& dense, const head_plan& plan,
+                                 const razor_config& config,
                                  const parallel_for_fn& parallel_for = {}) {
   const model_shape& shape = plan.shape();
   const auto check = [](index_t planned, index_t held, const char* name) {
-    RAZORKV_CHECK(planned == held, kShapeMismatch, "compress_cache: the plan has ", name, " ", planned,
-                  ", the dense cache has ", held);
+    RAZORKV_CHECK(planned == held, kShapeMismatch, "compress_cache: the plan has ", name, " ",
+                  planned, ", the dense cache has ", held);
   };
   check(shape.num_layers, dense.num_layers(), "num_layers");
   check(shape.num_kv_heads, dense.num_kv_heads(), "num_kv_heads");

@@ -2,10 +2,11 @@
 // recent window, compensation token) and how it behaves during decode (docs/method.md, section 4).
 #pragma once
 
+#include "razorkv/compress/kv_memory.hpp"
+#include "razorkv/compress/window_rule.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
-#include "razorkv/select/kv_budget.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -25,30 +26,29 @@ enum class decode_mode {
 
 inline const char* compensation_mode_name(compensation_mode m) noexcept {
   switch (m) {
-    case compensation_mode::kWeighted: return "weighted";
-    case compensation_mode::kUnweighted: return "unweighted";
-    case compensation_mode::kNone: return "none";
+    case compensation_mode::kWeighted:
+      return "weighted";
+    case compensation_mode::kUnweighted:
+      return "unweighted";
+    case compensation_mode::kNone:
+      return "none";
   }
   return "unknown";
 }
 
 inline const char* decode_mode_name(decode_mode m) noexcept {
   switch (m) {
-    case decode_mode::kAppend: return "append";
-    case decode_mode::kBounded: return "bounded";
+    case decode_mode::kAppend:
+      return "append";
+    case decode_mode::kBounded:
+      return "bounded";
   }
   return "unknown";
 }
 
-/// Parameters of razor_kv_cache. The defaults are the paper's: N0 = 4 sinks, and a recent
-/// window of L_h = max(S0, ceil(N / C)) tokens with S0 = 4000, C = 5, after a prefill of N.
-struct razor_config {
-  index_t sinks = 4;     ///< N0: the first tokens every head keeps
-  index_t s0 = 4000;     ///< S0: the shortest recent window
-  double c = 5.0;        ///< C: the window is at least N / C tokens; >= 1
-  /// > 0: every non-retrieval head's window is exactly this many tokens whatever N is.
-  /// A plan's per-head buffer override (the ALiBi branch) takes precedence over both rules.
-  index_t fixed_window = 0;
+/// Parameters of razor_kv_cache: the window rule (sinks, s0, c, fixed_window; the paper's
+/// defaults), and what becomes of the tokens a non-retrieval head drops.
+struct razor_config : window_rule {
   compensation_mode compensation = compensation_mode::kWeighted;
   decode_mode decode = decode_mode::kAppend;
   /// Extra rows reserved at compression for tokens appended later, per growing head (every
@@ -59,10 +59,12 @@ struct razor_config {
   /// The public deployment's fixed-capacity local heads: `capacity` entries = `sinks` sinks +
   /// 1 mean token + (capacity - sinks - 1) recent tokens, with bounded decode and an
   /// unweighted mean token, as that deployment does. 256 = 4 + 1 + 251 by default.
-  static razor_config fixed_capacity(index_t capacity = 256, index_t sinks = 4,
-                                     compensation_mode compensation = compensation_mode::kUnweighted) {
-    RAZORKV_CHECK(sinks >= 0 && capacity >= sinks + 2, kInvalidArgument, "razor_config::fixed_capacity: capacity (",
-                  capacity, ") must be >= sinks (", sinks, ") + 2");
+  static razor_config fixed_capacity(
+      index_t capacity = 256, index_t sinks = 4,
+      compensation_mode compensation = compensation_mode::kUnweighted) {
+    RAZORKV_CHECK(sinks >= 0 && capacity >= sinks + 2, kInvalidArgument,
+                  "razor_config::fixed_capacity: capacity (", capacity, ") must be >= sinks (",
+                  sinks, ") + 2");
     razor_config config;
     config.sinks = sinks;
     config.fixed_window = capacity - sinks - 1;
@@ -71,13 +73,10 @@ struct razor_config {
     return config;
   }
 
-  /// The sizing rule as the memory calculator (kv_budget.hpp) takes it.
+  /// The sizing rule as the memory calculator (compress/kv_memory.hpp) takes it.
   razor_budget budget() const noexcept {
     razor_budget b;
-    b.sinks = sinks;
-    b.s0 = s0;
-    b.c = c;
-    b.fixed_window = fixed_window;
+    static_cast<window_rule&>(b) = *this;
     b.compensation_token = compensation != compensation_mode::kNone;
     return b;
   }
@@ -86,15 +85,16 @@ struct razor_config {
 /// Throws errc::kInvalidArgument naming the first bad field of `config`.
 inline void check_config(const razor_config& config, const char* where) {
   check_budget(config.budget(), where);
-  RAZORKV_CHECK(config.decode_reserve >= 0, kInvalidArgument, where, ": decode_reserve (", config.decode_reserve,
-                ") must be >= 0");
+  RAZORKV_CHECK(config.decode_reserve >= 0, kInvalidArgument, where, ": decode_reserve (",
+                config.decode_reserve, ") must be >= 0");
   RAZORKV_CHECK(config.compensation == compensation_mode::kWeighted ||
                     config.compensation == compensation_mode::kUnweighted ||
                     config.compensation == compensation_mode::kNone,
                 kInvalidArgument, where, ": compensation (", static_cast<int>(config.compensation),
                 ") is not a compensation_mode");
-  RAZORKV_CHECK(config.decode == decode_mode::kAppend || config.decode == decode_mode::kBounded, kInvalidArgument,
-                where, ": decode (", static_cast<int>(config.decode), ") is not a decode_mode");
+  RAZORKV_CHECK(config.decode == decode_mode::kAppend || config.decode == decode_mode::kBounded,
+                kInvalidArgument, where, ": decode (", static_cast<int>(config.decode),
+                ") is not a decode_mode");
 }
 
 RAZORKV_END_NAMESPACE

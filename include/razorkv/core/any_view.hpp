@@ -30,17 +30,17 @@ class any_layer_view {
         head_stride_(view.head_stride()) {}
 
   /// [tokens, heads, head_dim] with each token's heads adjacent (see layer_view::nhd).
-  static any_layer_view nhd(const void* data, dtype type, index_t tokens, index_t heads, index_t head_dim,
-                            index_t token_stride = -1) {
+  static any_layer_view nhd(const void* data, dtype type, index_t tokens, index_t heads,
+                            index_t head_dim, index_t token_stride = -1) {
     return any_layer_view(type, data, tokens, heads, head_dim,
                           token_stride < 0 ? heads * head_dim : token_stride, head_dim);
   }
   /// [heads, token_capacity, head_dim] (see layer_view::hnd).
-  static any_layer_view hnd(const void* data, dtype type, index_t tokens, index_t heads, index_t head_dim,
-                            index_t token_capacity = -1) {
+  static any_layer_view hnd(const void* data, dtype type, index_t tokens, index_t heads,
+                            index_t head_dim, index_t token_capacity = -1) {
     const index_t capacity = token_capacity < 0 ? tokens : token_capacity;
-    RAZORKV_CHECK(capacity >= tokens, kInvalidArgument, "any_layer_view::hnd: token_capacity (", capacity,
-                  ") must be >= tokens (", tokens, ")");
+    RAZORKV_CHECK(capacity >= tokens, kInvalidArgument, "any_layer_view::hnd: token_capacity (",
+                  capacity, ") must be >= tokens (", tokens, ")");
     return any_layer_view(type, data, tokens, heads, head_dim, head_dim, capacity * head_dim);
   }
 
@@ -53,11 +53,12 @@ class any_layer_view {
   /// The typed view; throws errc::kInvalidArgument naming `where`, `name` and both dtypes when
   /// T is not the view's dtype, and the layer_view checks on shape and strides.
   template <class T>
-  layer_view<const T> as(const char* where = "any_layer_view::as", const char* name = "view") const {
+  layer_view<const T> as(const char* where = "any_layer_view::as",
+                         const char* name = "view") const {
     RAZORKV_CHECK(dtype_ == dtype_of<T>(), kInvalidArgument, where, ": ", name, " has dtype ",
                   dtype_name(dtype_), ", expected ", dtype_name(dtype_of<T>()));
-    return layer_view<const T>(static_cast<const T*>(data_), tokens_, heads_, head_dim_, token_stride_,
-                               head_stride_);
+    return layer_view<const T>(static_cast<const T*>(data_), tokens_, heads_, head_dim_,
+                               token_stride_, head_stride_);
   }
 
  private:
@@ -71,7 +72,8 @@ class any_layer_view {
         token_stride_(token_stride),
         head_stride_(head_stride) {}
 
-  const void* data_ = nullptr;     // element (t, h, d) at data_ + (t*token_stride_ + h*head_stride_ + d) elements
+  const void* data_ =
+      nullptr;  // element (t, h, d) at data_ + (t*token_stride_ + h*head_stride_ + d) elements
   dtype dtype_ = dtype::kFloat32;  // what data_ points to
   index_t tokens_ = 0;             // number of tokens
   index_t heads_ = 0;              // number of heads

@@ -61,10 +61,14 @@ constexpr dtype dtype_of() noexcept {
 /// The same names as dtype_name<T>(): "float", "double", "half", "bfloat16".
 constexpr const char* dtype_name(dtype d) noexcept {
   switch (d) {
-    case dtype::kFloat32: return "float";
-    case dtype::kFloat64: return "double";
-    case dtype::kFloat16: return "half";
-    case dtype::kBFloat16: return "bfloat16";
+    case dtype::kFloat32:
+      return "float";
+    case dtype::kFloat64:
+      return "double";
+    case dtype::kFloat16:
+      return "half";
+    case dtype::kBFloat16:
+      return "bfloat16";
   }
   return "unknown";
 }

@@ -35,14 +35,20 @@ class matrix_view {
   constexpr matrix_view() noexcept = default;
 
   /// Checked constructor: throws razorkv::error naming the bad extent.
-  matrix_view(T* data, index_t rows, index_t cols, index_t row_stride) { assign(data, rows, cols, row_stride); }
+  matrix_view(T* data, index_t rows, index_t cols, index_t row_stride) {
+    assign(data, rows, cols, row_stride);
+  }
   /// Contiguous rows (row_stride = cols).
   matrix_view(T* data, index_t rows, index_t cols) { assign(data, rows, cols, cols); }
 
   /// A view of const elements reads the same memory.
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
-  constexpr matrix_view(const matrix_view<U>& other) noexcept  // NOLINT(google-explicit-constructor)
-      : data_(other.data()), rows_(other.rows()), cols_(other.cols()), row_stride_(other.row_stride()) {}
+  constexpr matrix_view(
+      const matrix_view<U>& other) noexcept  // NOLINT(google-explicit-constructor)
+      : data_(other.data()),
+        rows_(other.rows()),
+        cols_(other.cols()),
+        row_stride_(other.row_stride()) {}
 
   constexpr T* data() const noexcept { return data_; }
   constexpr index_t rows() const noexcept { return rows_; }
@@ -109,14 +115,17 @@ class layer_view {
              index_t head_stride) {
     RAZORKV_CHECK(tokens >= 0, kInvalidArgument, "layer_view: tokens (", tokens, ") must be >= 0");
     RAZORKV_CHECK(heads > 0, kInvalidArgument, "layer_view: heads (", heads, ") must be > 0");
-    RAZORKV_CHECK(head_dim > 0, kInvalidArgument, "layer_view: head_dim (", head_dim, ") must be > 0");
+    RAZORKV_CHECK(head_dim > 0, kInvalidArgument, "layer_view: head_dim (", head_dim,
+                  ") must be > 0");
     RAZORKV_CHECK(token_stride >= 0 && head_stride >= 0, kInvalidArgument,
                   "layer_view: strides must be >= 0, got token_stride (", token_stride,
                   ") and head_stride (", head_stride, ")");
     RAZORKV_CHECK(heads == 1 || head_stride >= head_dim, kInvalidArgument,
-                  "layer_view: head_stride (", head_stride, ") must be >= head_dim (", head_dim, ")");
+                  "layer_view: head_stride (", head_stride, ") must be >= head_dim (", head_dim,
+                  ")");
     RAZORKV_CHECK(tokens <= 1 || token_stride >= head_dim, kInvalidArgument,
-                  "layer_view: token_stride (", token_stride, ") must be >= head_dim (", head_dim, ")");
+                  "layer_view: token_stride (", token_stride, ") must be >= head_dim (", head_dim,
+                  ")");
     RAZORKV_CHECK(tokens == 0 || data != nullptr, kInvalidArgument,
                   "layer_view: data is null with tokens (", tokens, ") > 0");
     data_ = data;
@@ -170,9 +179,10 @@ class layer_view {
   /// Tokens [first, first + count): [count, heads, head_dim], same strides.
   layer_view middle_tokens(index_t first, index_t count) const {
     RAZORKV_CHECK(first >= 0 && count >= 0 && first <= tokens_ - count, kOutOfRange,
-                  "layer_view::middle_tokens: tokens [", first, ", ", first, " + ", count, ") outside [0, ", tokens_, ")");
-    return layer_view(count == 0 ? nullptr : data_ + first * token_stride_, count, heads_, head_dim_, token_stride_,
-                      head_stride_);
+                  "layer_view::middle_tokens: tokens [", first, ", ", first, " + ", count,
+                  ") outside [0, ", tokens_, ")");
+    return layer_view(count == 0 ? nullptr : data_ + first * token_stride_, count, heads_,
+                      head_dim_, token_stride_, head_stride_);
   }
   /// Token t over all heads: [heads, head_dim], row stride head_stride.
   matrix_view<T> token(index_t t) const {

@@ -29,18 +29,21 @@ inline constexpr index_t kWidenRows = 16;
 // scores[q * kBlockRows + r] = queries[q] . keys[r] for q < kQ, r < kRows. One load of each
 // key vector feeds all kQ queries (the GQA group), which is what keeps decode memory-bound;
 // kQ * kRows independent accumulators keep the FMA pipes busy.
+// (Array bounds from the int template parameters are spelled std::size_t{...}: the build's
+// -Wsign-conversion flags an int bound, and the braces prove at compile time that it fits.)
 template <class Acc, class S, int kQ, int kRows, int kDim>
 inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTRICT keys,
-                     index_t key_stride, index_t runtime_dim, Acc* RAZORKV_RESTRICT scores) noexcept {
+                     index_t key_stride, index_t runtime_dim,
+                     Acc* RAZORKV_RESTRICT scores) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
   const index_t vector_end = (dim / kW) * kW;
-  simd_t<Acc> acc[kQ][kRows];
+  simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kRows}];
   for (int q = 0; q < kQ; ++q) {
     for (int r = 0; r < kRows; ++r) acc[q][r] = simd_zero<Acc>();
   }
   for (index_t c = 0; c < vector_end; c += kW) {
-    simd_t<Acc> key[kRows];
+    simd_t<Acc> key[std::size_t{kRows}];
     for (int r = 0; r < kRows; ++r) key[r] = simd_load_as<Acc>(keys + r * key_stride + c);
     for (int q = 0; q < kQ; ++q) {
       const simd_t<Acc> query = simd_load(queries + q * dim + c);
@@ -50,7 +53,8 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
   for (int q = 0; q < kQ; ++q) {
     for (int r = 0; r < kRows; ++r) {
       Acc sum = simd_sum<Acc>(acc[q][r]);
-      for (index_t c = vector_end; c < dim; ++c) sum += queries[q * dim + c] * static_cast<Acc>(keys[r * key_stride + c]);
+      for (index_t c = vector_end; c < dim; ++c)
+        sum += queries[q * dim + c] * static_cast<Acc>(keys[r * key_stride + c]);
       scores[q * kBlockRows + r] = sum;
     }
   }
@@ -87,12 +91,12 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
   const index_t vector_end = (dim / kW) * kW;
   index_t c = 0;
   for (; c + kC * kW <= vector_end; c += kC * kW) {
-    simd_t<Acc> acc[kQ][kC];
+    simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kC}];
     for (int q = 0; q < kQ; ++q) {
       for (int j = 0; j < kC; ++j) acc[q][j] = simd_load(out + q * dim + c + j * kW);
     }
     for (index_t r = 0; r < rows; ++r) {
-      simd_t<Acc> v[kC];
+      simd_t<Acc> v[std::size_t{kC}];
       for (int j = 0; j < kC; ++j) v[j] = simd_load_as<Acc>(values + r * value_stride + c + j * kW);
       for (int q = 0; q < kQ; ++q) {
         const simd_t<Acc> w = simd_broadcast(weights[q * kBlockRows + r]);
@@ -104,7 +108,7 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
     }
   }
   for (; c < vector_end; c += kW) {
-    simd_t<Acc> acc[kQ];
+    simd_t<Acc> acc[std::size_t{kQ}];
     for (int q = 0; q < kQ; ++q) acc[q] = simd_load(out + q * dim + c);
     for (index_t r = 0; r < rows; ++r) {
       const simd_t<Acc> v = simd_load_as<Acc>(values + r * value_stride + c);
@@ -115,7 +119,8 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
   for (; c < dim; ++c) {
     for (int q = 0; q < kQ; ++q) {
       Acc sum = out[q * dim + c];
-      for (index_t r = 0; r < rows; ++r) sum += weights[q * kBlockRows + r] * static_cast<Acc>(values[r * value_stride + c]);
+      for (index_t r = 0; r < rows; ++r)
+        sum += weights[q * kBlockRows + r] * static_cast<Acc>(values[r * value_stride + c]);
       out[q * dim + c] = sum;
     }
   }
@@ -126,13 +131,15 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
 // instruction on AVX-512F and F16C), else float rows widened into a scratch buffer. Widening
 // in registers saves a store and a reload per element: 1.5x on bfloat16 decode (Zen 5, 2 threads).
 template <class T>
-using kernel_row_t = std::conditional_t<std::is_same_v<T, Eigen::half> && !kHalfInRegisters, float, T>;
+using kernel_row_t =
+    std::conditional_t<std::is_same_v<T, Eigen::half> && !kHalfInRegisters, float, T>;
 
 // Rows [first, first + rows) of `view` as kernel rows: in place, or widened into `scratch`
 // ([kWidenRows, dim]). Returns the row pointer and sets `stride`.
 template <class T>
-inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index_t first, index_t rows,
-                                         accum_t<T>* scratch, index_t& stride) noexcept {
+inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index_t first,
+                                         index_t rows, accum_t<T>* scratch,
+                                         index_t& stride) noexcept {
   if constexpr (std::is_same_v<T, kernel_row_t<T>>) {
     (void)rows;
     (void)scratch;
@@ -192,8 +199,8 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
 
-  Acc running_max[kQ];
-  Acc denominator[kQ];
+  Acc running_max[std::size_t{kQ}];
+  Acc denominator[std::size_t{kQ}];
   index_t max_visible = 0;
   for (int q = 0; q < kQ; ++q) {
     running_max[q] = kNegInf;
@@ -203,7 +210,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   max_visible = std::min(max_visible, range_end);
   std::fill(out, out + kQ * dim, Acc(0));
 
-  alignas(64) Acc weights[kQ * kBlockRows];
+  alignas(64) Acc weights[std::size_t{kQ * kBlockRows}];
   Acc* key_scratch = scratch;
   Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
   index_t span_first_entry = 0;
@@ -223,16 +230,19 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       for (index_t sub = 0; sub < rows; sub += kWidenRows) {
         const index_t sub_rows = std::min(kWidenRows, rows - sub);
         index_t key_stride = 0;
-        const kernel_row_t<T>* keys = block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
+        const kernel_row_t<T>* keys =
+            block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
         constexpr int kRows = kDotRows<kQ>;
         index_t r = 0;
         for (; r + kRows <= sub_rows; r += kRows) {
           prefetch_rows(span.keys, first + sub + r + prefetch_ahead, kRows);
           prefetch_rows(span.values, first + sub + r + prefetch_ahead, kRows);
-          dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + sub + r);
+          dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride,
+                                                          key_stride, dim, weights + sub + r);
         }
         for (; r < sub_rows; ++r) {
-          dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride, dim, weights + sub + r);
+          dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride,
+                                                      dim, weights + sub + r);
         }
       }
 
@@ -241,7 +251,8 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         Acc* w = weights + q * kBlockRows;
         // Entries this query may read in this block; the rest (padding past `rows`, and
         // entries newer than the query under the causal mask) get weight exactly 0.
-        const index_t readable = std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
+        const index_t readable =
+            std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
         Eigen::Map<score_block, Eigen::Aligned16> block(w);
         Acc block_max = kNegInf;
         if (readable == kBlockRows) {
@@ -278,8 +289,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       for (index_t sub = 0; sub < rows; sub += kWidenRows) {
         const index_t sub_rows = std::min(kWidenRows, rows - sub);
         index_t value_stride = 0;
-        const kernel_row_t<T>* values = block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
-        accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + sub, values, value_stride, sub_rows, dim, out);
+        const kernel_row_t<T>* values =
+            block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
+        accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + sub, values, value_stride,
+                                                          sub_rows, dim, out);
       }
     }
     span_first_entry += length;
@@ -305,20 +318,29 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
 // RAZORKV_SEPARATE_KERNELS (the razorkv::kernels target does, for whoever links it) declares
 // them here and compiles them once, in src/decode_kernels.cpp; any other build instantiates them
 // where they are used, as a header-only library does.
-#define RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D)                                                   \
-  void attend_head<T, Q, D>(const kv_span<T>*, index_t, index_t, const accum_t<T>*, const index_t*, \
-                            accum_t<T>*, accum_t<T>*, index_t, index_t, accum_t<T>*, accum_t<T>*)
-#define RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, Q) X(T, Q, 0) X(T, Q, 64) X(T, Q, 80) X(T, Q, 96) X(T, Q, 128) X(T, Q, 256)
-#define RAZORKV_DECODE_KERNELS_OF_TYPE(X, T)                                                        \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 1) RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 2)                \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 4) RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 8)
+// clang-format off: one kernel per line reads better than what the formatter makes of a list.
+#define RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D)                                        \
+  void attend_head<T, Q, D>(const kv_span<T>*, index_t, index_t, const accum_t<T>*,     \
+                            const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t, \
+                            accum_t<T>*, accum_t<T>*)
+#define RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, Q) \
+  X(T, Q, 0) X(T, Q, 64) X(T, Q, 80) X(T, Q, 96) X(T, Q, 128) X(T, Q, 256)
+#define RAZORKV_DECODE_KERNELS_OF_TYPE(X, T) \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 1)   \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 2)   \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 4)   \
+  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 8)
 /// Calls X(T, width, dim) for every kernel dispatch_head_dim and dispatch_pow2_upto8 can select.
-#define RAZORKV_FOR_EACH_DECODE_KERNEL(X)                                                           \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, float) RAZORKV_DECODE_KERNELS_OF_TYPE(X, double)               \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::half) RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::bfloat16)
+#define RAZORKV_FOR_EACH_DECODE_KERNEL(X)        \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, float)       \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, double)      \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::half) \
+  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::bfloat16)
+// clang-format on
 
 #if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-#define RAZORKV_DECLARE_DECODE_KERNEL(T, Q, D) extern template RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D);
+#define RAZORKV_DECLARE_DECODE_KERNEL(T, Q, D) \
+  extern template RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D);
 RAZORKV_FOR_EACH_DECODE_KERNEL(RAZORKV_DECLARE_DECODE_KERNEL)
 #undef RAZORKV_DECLARE_DECODE_KERNEL
 #endif

@@ -17,6 +17,7 @@
 #include "razorkv/detail/dispatch.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
+#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -40,44 +41,48 @@ inline index_t pass_width(index_t n) noexcept {
 // kv head, the entries each holds, and the queries scaled and grouped by kv head.
 template <class T, class TO>
 struct decode_work {
-  std::vector<kv_span<T>> spans;        // the heads' non-empty spans, head by head
-  std::vector<index_t> first_span;      // [num_kv_heads + 1]: head h's spans are [first_span[h], first_span[h+1])
-  std::vector<index_t> entries;         // [num_kv_heads]: entries of head h
-  std::vector<accum_t<T>> scaled;       // [num_kv_heads, per_head, head_dim]: scaled queries, j = t * group + g
-  layer_view<TO> out;                   // [tokens, num_query_heads, head_dim]
+  std::vector<kv_span<T>> spans;  // the heads' non-empty spans, head by head
+  std::vector<index_t>
+      first_span;  // [num_kv_heads + 1]: head h's spans are [first_span[h], first_span[h+1])
+  std::vector<index_t> entries;  // [num_kv_heads]: entries of head h
+  std::vector<accum_t<T>>
+      scaled;          // [num_kv_heads, per_head, head_dim]: scaled queries, j = t * group + g
+  layer_view<TO> out;  // [tokens, num_query_heads, head_dim]
   index_t tokens = 0, group = 0, per_head = 0;
 };
 
-// The checked mode of decode (attention_options::check_finite): names the first non-finite query (or query times
-// scale), key or value a decode would read.
+// The checked mode of decode (attention_options::check_finite): names the first non-finite query
+// (or query times scale), key or value a decode would read.
 template <class T, class TO, class TQ>
-void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view<TQ>& queries, index_t head_dim,
-                                const char* where) {
+void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view<TQ>& queries,
+                                index_t head_dim, const char* where) {
   for (index_t t = 0; t < queries.tokens(); ++t) {
     for (index_t q = 0; q < queries.heads(); ++q) {
       const auto* row = queries.token(t).row(q);
       for (index_t c = 0; c < head_dim; ++c) {
         const double x = to_double(row[c]);
-        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": query (", x, ") at token ", t, " head ", q,
-                      " dim ", c, " is not finite");
+        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": query (", x, ") at token ", t,
+                      " head ", q, " dim ", c, " is not finite");
       }
     }
   }
   for (std::size_t i = 0; i < work.scaled.size(); ++i) {
-    RAZORKV_CHECK(std::isfinite(work.scaled[i]), kInvalidArgument, where, ": a query times the scale (",
-                  work.scaled[i], ") overflows; scale the queries down");
+    RAZORKV_CHECK(std::isfinite(work.scaled[i]), kInvalidArgument, where,
+                  ": a query times the scale (", work.scaled[i],
+                  ") overflows; scale the queries down");
   }
   const index_t num_kv_heads = static_cast<index_t>(work.entries.size());
   for (index_t h = 0; h < num_kv_heads; ++h) {
     index_t entry = 0;
-    for (index_t i = work.first_span[static_cast<std::size_t>(h)]; i < work.first_span[static_cast<std::size_t>(h) + 1]; ++i) {
+    for (index_t i = work.first_span[static_cast<std::size_t>(h)];
+         i < work.first_span[static_cast<std::size_t>(h) + 1]; ++i) {
       const kv_span<T>& span = work.spans[static_cast<std::size_t>(i)];
       for (index_t r = 0; r < span.length(); ++r, ++entry) {
         for (index_t c = 0; c < head_dim; ++c) {
           const double k = to_double(span.keys(r, c)), v = to_double(span.values(r, c));
           RAZORKV_CHECK(std::isfinite(k) && std::isfinite(v), kInvalidArgument, where, ": ",
-                        std::isfinite(k) ? "value (" : "key (", std::isfinite(k) ? v : k, ") at kv head ", h,
-                        " entry ", entry, " dim ", c, " is not finite");
+                        std::isfinite(k) ? "value (" : "key (", std::isfinite(k) ? v : k,
+                        ") at kv head ", h, " entry ", entry, " dim ", c, " is not finite");
         }
       }
     }
@@ -87,9 +92,9 @@ void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view
 // Validates everything a decode over (cache, layer) reads and gathers it, so that a malformed
 // cache or query is an error before any output is written and the kernels run without checks.
 template <class Source, class TQ, class TO>
-decode_work<typename Source::value_type, TO> prepare_decode(const Source& cache, index_t layer, layer_view<TQ> queries,
-                                                           layer_view<TO> out, const std::optional<double>& scale_option,
-                                                           bool check_finite, const char* where) {
+decode_work<typename Source::value_type, TO> prepare_decode(
+    const Source& cache, index_t layer, layer_view<TQ> queries, layer_view<TO> out,
+    const std::optional<double>& scale_option, bool check_finite, const char* where) {
   using T = typename Source::value_type;
   using Acc = accum_t<T>;
   check_layer(cache, layer, where);
@@ -97,16 +102,17 @@ decode_work<typename Source::value_type, TO> prepare_decode(const Source& cache,
   const index_t head_dim = cache.head_dim();
   const index_t num_query_heads = queries.heads();
   const index_t tokens = queries.tokens();
-  RAZORKV_CHECK(tokens > 0, kInvalidArgument, where, ": queries.tokens() (", tokens, ") must be > 0");
-  RAZORKV_CHECK(queries.head_dim() == head_dim, kShapeMismatch, where, ": queries.head_dim() (", queries.head_dim(),
-                ") != cache.head_dim() (", head_dim, ")");
-  RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, where, ": num_query_heads (", num_query_heads,
-                ") is not a multiple of num_kv_heads (", num_kv_heads, ")");
-  RAZORKV_CHECK(out.tokens() == tokens && out.heads() == num_query_heads && out.head_dim() == head_dim,
-                kShapeMismatch, where, ": out is [", out.tokens(), ", ", out.heads(), ", ", out.head_dim(),
-                "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim, "]");
-  const double scale = scale_option ? *scale_option : 1.0 / std::sqrt(static_cast<double>(head_dim));
-  RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, where, ": scale (", scale, ") must be finite");
+  RAZORKV_CHECK(tokens > 0, kInvalidArgument, where, ": queries.tokens() (", tokens,
+                ") must be > 0");
+  RAZORKV_CHECK(queries.head_dim() == head_dim, kShapeMismatch, where, ": queries.head_dim() (",
+                queries.head_dim(), ") != cache.head_dim() (", head_dim, ")");
+  RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, where, ": num_query_heads (",
+                num_query_heads, ") is not a multiple of num_kv_heads (", num_kv_heads, ")");
+  RAZORKV_CHECK(
+      out.tokens() == tokens && out.heads() == num_query_heads && out.head_dim() == head_dim,
+      kShapeMismatch, where, ": out is [", out.tokens(), ", ", out.heads(), ", ", out.head_dim(),
+      "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim, "]");
+  const double scale = softmax_scale(scale_option, head_dim, where);
 
   decode_work<T, TO> work;
   work.out = out;
@@ -119,18 +125,20 @@ decode_work<typename Source::value_type, TO> prepare_decode(const Source& cache,
       kv_span<T> span = cache.span(layer, h, i);
       RAZORKV_CHECK(span.keys.rows() == span.values.rows() && span.keys.cols() == head_dim &&
                         span.values.cols() == head_dim,
-                    kShapeMismatch, where, ": span ", i, " of layer ", layer, " kv head ", h, " has keys [",
-                    span.keys.rows(), ", ", span.keys.cols(), "] and values [", span.values.rows(), ", ",
-                    span.values.cols(), "], head_dim is ", head_dim);
-      RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, where, ": span ", i, " of layer ", layer,
-                    " kv head ", h, " has log_weight (", span.log_weight, "), must be finite");
+                    kShapeMismatch, where, ": span ", i, " of layer ", layer, " kv head ", h,
+                    " has keys [", span.keys.rows(), ", ", span.keys.cols(), "] and values [",
+                    span.values.rows(), ", ", span.values.cols(), "], head_dim is ", head_dim);
+      RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, where, ": span ", i,
+                    " of layer ", layer, " kv head ", h, " has log_weight (", span.log_weight,
+                    "), must be finite");
       work.entries[static_cast<std::size_t>(h)] += span.length();
       if (span.length() > 0) work.spans.push_back(span);
     }
     work.first_span[static_cast<std::size_t>(h) + 1] = static_cast<index_t>(work.spans.size());
-    RAZORKV_CHECK(work.entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, where, ": layer ", layer,
-                  " kv head ", h, " holds ", work.entries[static_cast<std::size_t>(h)], " entries, fewer than the ",
-                  tokens, " new token(s) being decoded");
+    RAZORKV_CHECK(work.entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, where,
+                  ": layer ", layer, " kv head ", h, " holds ",
+                  work.entries[static_cast<std::size_t>(h)], " entries, fewer than the ", tokens,
+                  " new token(s) being decoded");
   }
 
   work.group = num_query_heads / num_kv_heads;
@@ -139,9 +147,11 @@ decode_work<typename Source::value_type, TO> prepare_decode(const Source& cache,
       checked_mul(checked_mul(work.per_head, num_kv_heads, where), head_dim, where)));
   for (index_t h = 0; h < num_kv_heads; ++h) {
     for (index_t j = 0; j < work.per_head; ++j) {
-      const TQ* src = queries.token(j / work.group).row(h * work.group + j % work.group);  // TQ may be const
+      const TQ* src =
+          queries.token(j / work.group).row(h * work.group + j % work.group);  // TQ may be const
       Acc* dst = work.scaled.data() + (h * work.per_head + j) * head_dim;
-      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
+      for (index_t c = 0; c < head_dim; ++c)
+        dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
     }
   }
   if (check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
@@ -154,8 +164,8 @@ decode_work<typename Source::value_type, TO> prepare_decode(const Source& cache,
 // schedule balanced. A head longer than `entries_per_task` is split into runs of entries whose
 // partial softmax states (max, denominator, unnormalised output) are merged afterwards.
 template <class T, class TO>
-void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, const parallel_for_fn& parallel_for,
-                index_t entries_per_task) {
+void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
+                const parallel_for_fn& parallel_for, index_t entries_per_task) {
   using Acc = accum_t<T>;
   struct pass {
     index_t work, kv_head, first, width;  // the query vectors [first, first + width) of a kv head
@@ -180,7 +190,8 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
         } else {
           splits.push_back({w, h, j, width, slots, parts});
           for (index_t p = 0; p < parts; ++p) {
-            passes.push_back({w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++});
+            passes.push_back(
+                {w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++});
           }
         }
         j += width;
@@ -197,8 +208,8 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
   std::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass));
   std::vector<Acc> partial_den(partial_max.size());
 
-  const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first, index_t width,
-                             const Acc* result) {
+  const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
+                             index_t width, const Acc* result) {
     for (index_t q = 0; q < width; ++q) {
       const index_t j = first + q;
       TO* dst = work.out.token(j / work.group).row(kv_head * work.group + j % work.group);
@@ -217,18 +228,21 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
     }
     const bool whole = task.slot < 0;
     std::vector<Acc> result(whole ? static_cast<std::size_t>(task.width * head_dim) : 0);
-    Acc* out = whole ? result.data() : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
+    Acc* out =
+        whole ? result.data() : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
     Acc* maybe_max = whole ? nullptr : partial_max.data() + task.slot * kMaxQueriesPerPass;
     Acc* den = whole ? nullptr : partial_den.data() + task.slot * kMaxQueriesPerPass;
-    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0);
+    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
+                                           : 0);
     const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
     const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
-    const Acc* head_queries = work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
+    const Acc* head_queries =
+        work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
     dispatch_head_dim(head_dim, [&](auto dim_constant) {
       dispatch_pow2_upto8(task.width, [&](auto width_constant) {
         attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
-            head_spans, num_head_spans, head_dim, head_queries, visible, out, scratch.data(), task.begin, task.end,
-            maybe_max, den);
+            head_spans, num_head_spans, head_dim, head_queries, visible, out, scratch.data(),
+            task.begin, task.end, maybe_max, den);
       });
     });
     if (whole) write_out(work, task.kv_head, task.first, task.width, result.data());
@@ -242,46 +256,59 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim, 
     for (index_t q = 0; q < group.width; ++q) {
       Acc largest = -std::numeric_limits<Acc>::infinity();
       for (index_t p = 0; p < group.parts; ++p) {
-        largest = std::max(largest, partial_max[static_cast<std::size_t>((group.first_slot + p) * kMaxQueriesPerPass + q)]);
+        largest = std::max(
+            largest,
+            partial_max[static_cast<std::size_t>((group.first_slot + p) * kMaxQueriesPerPass + q)]);
       }
       Acc denominator = 0;
       Acc* dst = merged.data() + q * head_dim;
       for (index_t p = 0; p < group.parts; ++p) {
         const index_t slot = group.first_slot + p;
         const Acc part_max = partial_max[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
-        if (part_max == -std::numeric_limits<Acc>::infinity()) continue;  // the query read nothing there
+        if (part_max == -std::numeric_limits<Acc>::infinity())
+          continue;  // the query read nothing there
         const Acc scale = std::exp(part_max - largest);
         denominator += scale * partial_den[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
-        const Acc* src = partial_out.data() + static_cast<std::size_t>(slot) * per_slot + q * head_dim;
+        const Acc* src =
+            partial_out.data() + static_cast<std::size_t>(slot) * per_slot + q * head_dim;
         for (index_t c = 0; c < head_dim; ++c) dst[c] += scale * src[c];
       }
       const Acc inverse = Acc(1) / denominator;
       for (index_t c = 0; c < head_dim; ++c) dst[c] *= inverse;
     }
-    write_out(works[static_cast<std::size_t>(group.work)], group.kv_head, group.first, group.width, merged.data());
+    write_out(works[static_cast<std::size_t>(group.work)], group.kv_head, group.first, group.width,
+              merged.data());
   });
 }
 
 template <class Source, class TQ, class TO>
 void check_decode_types() {
-  static_assert(is_kv_source_v<Source>, "razorkv::decode_attention: Source does not satisfy the "
-                                        "KV-source contract (see razorkv/cache/kv_cache.hpp)");
+  static_assert(is_kv_source_v<Source>,
+                "razorkv::decode_attention: Source does not satisfy the "
+                "KV-source contract (see razorkv/cache/kv_cache.hpp)");
   static_assert(is_storage_dtype_v<std::remove_const_t<TQ>> && is_storage_dtype_v<TO>,
                 "razorkv::decode_attention: unsupported query dtype, or const output");
 }
 
 // The scheduler depends only on the storage and output dtypes, so razorkv::kernels compiles it
 // once too (see RAZORKV_SEPARATE_KERNELS in decode_kernels.hpp).
-#define RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO)                                                   \
-  void run_decode<T, TO>(const std::vector<decode_work<T, TO>>&, index_t, const parallel_for_fn&, index_t)
-#define RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, T) X(T, float) X(T, double) X(T, Eigen::half) X(T, Eigen::bfloat16)
+// clang-format off
+#define RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO)                                   \
+  void run_decode<T, TO>(const std::vector<decode_work<T, TO>>&, index_t,           \
+                         const parallel_for_fn&, index_t)
+#define RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, T) \
+  X(T, float) X(T, double) X(T, Eigen::half) X(T, Eigen::bfloat16)
 /// Calls X(T, TO) for every storage dtype T and output dtype TO.
-#define RAZORKV_FOR_EACH_DECODE_SCHEDULE(X)                                                         \
-  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, float) RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, double)           \
-  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, Eigen::half) RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, Eigen::bfloat16)
+#define RAZORKV_FOR_EACH_DECODE_SCHEDULE(X)        \
+  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, float)       \
+  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, double)      \
+  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, Eigen::half) \
+  RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, Eigen::bfloat16)
+// clang-format on
 
 #if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-#define RAZORKV_DECLARE_DECODE_SCHEDULE(T, TO) extern template RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO);
+#define RAZORKV_DECLARE_DECODE_SCHEDULE(T, TO) \
+  extern template RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO);
 RAZORKV_FOR_EACH_DECODE_SCHEDULE(RAZORKV_DECLARE_DECODE_SCHEDULE)
 #undef RAZORKV_DECLARE_DECODE_SCHEDULE
 #endif

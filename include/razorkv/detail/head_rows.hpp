@@ -47,11 +47,16 @@ class head_rows {
   T* value_row(index_t r) const noexcept { return values_.get() + r * dim_; }
 
   /// Rows [first, first + count) as views (count may be 0).
-  matrix_view<const T> keys(index_t first, index_t count) const { return view(keys_.get(), first, count); }
-  matrix_view<const T> values(index_t first, index_t count) const { return view(values_.get(), first, count); }
+  matrix_view<const T> keys(index_t first, index_t count) const {
+    return view(keys_.get(), first, count);
+  }
+  matrix_view<const T> values(index_t first, index_t count) const {
+    return view(values_.get(), first, count);
+  }
 
   /// Writes the rows of src_keys/src_values ([count, dim], any stride) at row `first`.
-  void write(index_t first, const matrix_view<const T>& src_keys, const matrix_view<const T>& src_values) noexcept {
+  void write(index_t first, const matrix_view<const T>& src_keys,
+             const matrix_view<const T>& src_values) noexcept {
     RAZORKV_DASSERT(first >= 0 && first + src_keys.rows() <= capacity_);
     copy_rows(src_keys, key_row(first));
     copy_rows(src_values, value_row(first));
@@ -64,18 +69,24 @@ class head_rows {
     return bigger;
   }
 
-  index_t allocated_bytes() const noexcept { return 2 * capacity_ * dim_ * static_cast<index_t>(sizeof(T)); }
+  index_t allocated_bytes() const noexcept {
+    return 2 * capacity_ * dim_ * static_cast<index_t>(sizeof(T));
+  }
 
  private:
   struct aligned_delete {
-    void operator()(T* p) const noexcept { ::operator delete(static_cast<void*>(p), std::align_val_t{64}); }
+    void operator()(T* p) const noexcept {
+      ::operator delete (static_cast<void*>(p), std::align_val_t{64});
+    }
   };
   static T* allocate(index_t elements) {
-    return static_cast<T*>(::operator new(static_cast<std::size_t>(elements) * sizeof(T), std::align_val_t{64}));
+    return static_cast<T*>(
+        ::operator new (static_cast<std::size_t>(elements) * sizeof(T), std::align_val_t{64}));
   }
   matrix_view<const T> view(const T* base, index_t first, index_t count) const {
     RAZORKV_DASSERT(first >= 0 && count >= 0 && first + count <= rows_);
-    return count == 0 ? matrix_view<const T>(nullptr, 0, dim_) : matrix_view<const T>(base + first * dim_, count, dim_);
+    return count == 0 ? matrix_view<const T>(nullptr, 0, dim_)
+                      : matrix_view<const T>(base + first * dim_, count, dim_);
   }
   void copy_rows(const matrix_view<const T>& src, T* dst) const noexcept {
     const std::size_t row_bytes = static_cast<std::size_t>(dim_) * sizeof(T);

@@ -13,7 +13,8 @@ RAZORKV_BEGIN_NAMESPACE
 /// A caller-supplied parallel loop: must call body(i) exactly once for every i in [0, count),
 /// in any order and on any threads, and return when all calls have returned. body never
 /// throws (all checks happen before work is fanned out).
-using parallel_for_fn = std::function<void(index_t count, const std::function<void(index_t)>& body)>;
+using parallel_for_fn =
+    std::function<void(index_t count, const std::function<void(index_t)>& body)>;
 
 namespace detail {
 

@@ -31,7 +31,8 @@ inline float half_bits_to_float(std::uint16_t h) noexcept {
   const float tiny = static_cast<float>(mag) * 5.9604644775390625e-8f;
   std::uint32_t subnormal;
   std::memcpy(&subnormal, &tiny, sizeof(subnormal));
-  const std::uint32_t bits = sign | (mag >= 0x7c00u ? inf_nan : (mag < 0x0400u ? subnormal : normal));
+  const std::uint32_t bits =
+      sign | (mag >= 0x7c00u ? inf_nan : (mag < 0x0400u ? subnormal : normal));
   float result;
   std::memcpy(&result, &bits, sizeof(result));
   return result;

@@ -19,9 +19,11 @@
 #include "razorkv/attention/decode.hpp"
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/eval/needle_task.hpp"
@@ -30,12 +32,10 @@
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
 #include "razorkv/policies/policy.hpp"
-#include "razorkv/policies/razor_at_budget.hpp"
+#include "razorkv/policies/razor.hpp"
 #include "razorkv/policies/selected_cache.hpp"
 #include "razorkv/policies/snapkv.hpp"
 #include "razorkv/policies/streaming_llm.hpp"
-#include "razorkv/select/head_plan.hpp"
-#include "razorkv/select/kv_budget.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -43,13 +43,14 @@ RAZORKV_BEGIN_NAMESPACE
 inline head_plan random_plan(const model_shape& shape, index_t count, std::uint64_t seed) {
   head_plan plan(shape);
   const index_t groups = shape.num_layers * shape.num_kv_heads;
-  RAZORKV_CHECK(count >= 0 && count <= groups, kInvalidArgument, "random_plan: count (", count, ") must be in [0, ",
-                groups, "]");
+  RAZORKV_CHECK(count >= 0 && count <= groups, kInvalidArgument, "random_plan: count (", count,
+                ") must be in [0, ", groups, "]");
   std::vector<index_t> ids(static_cast<std::size_t>(groups));
   std::iota(ids.begin(), ids.end(), index_t{0});
   std::mt19937_64 rng(seed);
   for (index_t i = 0; i < count; ++i) {  // partial Fisher-Yates with razorkv's portable draw
-    const auto j = i + static_cast<index_t>(detail::uniform_below(rng, static_cast<std::uint64_t>(groups - i)));
+    const auto j = i + static_cast<index_t>(
+                           detail::uniform_below(rng, static_cast<std::uint64_t>(groups - i)));
     std::swap(ids[static_cast<std::size_t>(i)], ids[static_cast<std::size_t>(j)]);
     plan.set_retrieval(ids[static_cast<std::size_t>(i)] / shape.num_kv_heads,
                        ids[static_cast<std::size_t>(i)] % shape.num_kv_heads, true);
@@ -64,31 +65,39 @@ inline head_plan random_plan(const model_shape& shape, index_t count, std::uint6
 template <class T>
 class eval_prompt {
  public:
-  eval_prompt(const model_shape& shape, std::vector<layer_sequence<T>> layers, index_t prompt_tokens)
+  eval_prompt(const model_shape& shape, std::vector<layer_sequence<T>> layers,
+              index_t prompt_tokens)
       : shape_(shape), layers_(std::move(layers)), prompt_tokens_(prompt_tokens) {
     constexpr const char* kWhere = "eval_prompt";
     static_cast<void>(head_plan(shape));  // validates the shape
-    RAZORKV_CHECK(static_cast<index_t>(layers_.size()) == shape.num_layers, kShapeMismatch, kWhere, ": ",
-                  layers_.size(), " layers given, the model has ", shape.num_layers);
-    RAZORKV_CHECK(prompt_tokens > 0, kInvalidArgument, kWhere, ": prompt_tokens (", prompt_tokens, ") must be > 0");
+    RAZORKV_CHECK(static_cast<index_t>(layers_.size()) == shape.num_layers, kShapeMismatch, kWhere,
+                  ": ", layers_.size(), " layers given, the model has ", shape.num_layers);
+    RAZORKV_CHECK(prompt_tokens > 0, kInvalidArgument, kWhere, ": prompt_tokens (", prompt_tokens,
+                  ") must be > 0");
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       const layer_sequence<T>& s = layers_[l];
-      RAZORKV_CHECK(s.queries.heads() == shape.num_query_heads && s.keys.heads() == shape.num_kv_heads &&
-                        s.values.heads() == shape.num_kv_heads && s.queries.head_dim() == shape.head_dim &&
-                        s.keys.head_dim() == shape.head_dim && s.values.head_dim() == shape.head_dim,
-                    kShapeMismatch, kWhere, ": layer ", l, " is not [tokens, ", shape.num_query_heads, " | ",
-                    shape.num_kv_heads, " heads, ", shape.head_dim, "]");
-      RAZORKV_CHECK(s.queries.tokens() == layers_[0].queries.tokens() && s.keys.tokens() == s.queries.tokens() &&
+      RAZORKV_CHECK(
+          s.queries.heads() == shape.num_query_heads && s.keys.heads() == shape.num_kv_heads &&
+              s.values.heads() == shape.num_kv_heads && s.queries.head_dim() == shape.head_dim &&
+              s.keys.head_dim() == shape.head_dim && s.values.head_dim() == shape.head_dim,
+          kShapeMismatch, kWhere, ": layer ", l, " is not [tokens, ", shape.num_query_heads, " | ",
+          shape.num_kv_heads, " heads, ", shape.head_dim, "]");
+      RAZORKV_CHECK(s.queries.tokens() == layers_[0].queries.tokens() &&
+                        s.keys.tokens() == s.queries.tokens() &&
                         s.values.tokens() == s.queries.tokens(),
-                    kShapeMismatch, kWhere, ": layer ", l, " holds ", s.queries.tokens(), " / ", s.keys.tokens(), " / ",
-                    s.values.tokens(), " query / key / value tokens, layer 0 ", layers_[0].queries.tokens());
+                    kShapeMismatch, kWhere, ": layer ", l, " holds ", s.queries.tokens(), " / ",
+                    s.keys.tokens(), " / ", s.values.tokens(),
+                    " query / key / value tokens, layer 0 ", layers_[0].queries.tokens());
     }
-    RAZORKV_CHECK(prompt_tokens <= layers_[0].queries.tokens(), kInvalidArgument, kWhere, ": prompt_tokens (",
-                  prompt_tokens, ") exceeds the tokens given (", layers_[0].queries.tokens(), ")");
+    RAZORKV_CHECK(prompt_tokens <= layers_[0].queries.tokens(), kInvalidArgument, kWhere,
+                  ": prompt_tokens (", prompt_tokens, ") exceeds the tokens given (",
+                  layers_[0].queries.tokens(), ")");
   }
 
   const model_shape& shape() const noexcept { return shape_; }
-  const layer_sequence<T>& layer(index_t l) const { return layers_.at(static_cast<std::size_t>(l)); }
+  const layer_sequence<T>& layer(index_t l) const {
+    return layers_.at(static_cast<std::size_t>(l));
+  }
   index_t prompt_tokens() const noexcept { return prompt_tokens_; }
   index_t decode_steps() const noexcept { return layers_[0].queries.tokens() - prompt_tokens_; }
 
@@ -100,17 +109,22 @@ class eval_prompt {
                             std::function<void(double)> on_observed = {}) const {
     std::vector<layer_sequence<T>> layers;
     for (const layer_sequence<T>& s : layers_) {
-      layers.push_back({s.queries.middle_tokens(0, prompt_tokens_), s.keys.middle_tokens(0, prompt_tokens_),
+      layers.push_back({s.queries.middle_tokens(0, prompt_tokens_),
+                        s.keys.middle_tokens(0, prompt_tokens_),
                         s.values.middle_tokens(0, prompt_tokens_)});
     }
     prompt_kv<T> input(shape_, std::move(layers));
     input.parallel_for = parallel_for;
-    input.observed_attention_hook = [this, parallel_for, on_observed](index_t layer, index_t queries) {
+    // A copy of this prompt (views and the shared memo), so the input outlives this object.
+    input.observed_attention_hook = [self = *this, parallel_for, on_observed](index_t layer,
+                                                                              index_t queries) {
       const auto start = std::chrono::steady_clock::now();
-      const auto& [mass, seconds] = observed(layer, queries, parallel_for);
+      const auto& [mass, seconds] = self.observed(layer, queries, parallel_for);
       attention_mass copy = mass;
       if (on_observed) {
-        on_observed(seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        on_observed(
+            seconds -
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       }
       return copy;
     };
@@ -119,8 +133,8 @@ class eval_prompt {
 
   /// observed_attention of the prompt's last `queries` queries in `layer`, and the seconds
   /// it took when first computed.
-  const std::pair<attention_mass, double>& observed(index_t layer, index_t queries,
-                                                    const parallel_for_fn& parallel_for = {}) const {
+  const std::pair<attention_mass, double>& observed(
+      index_t layer, index_t queries, const parallel_for_fn& parallel_for = {}) const {
     std::lock_guard<std::mutex> lock(memo_->mutex);
     auto& slot = memo_->masses[{layer, queries}];
     if (!slot) {
@@ -128,9 +142,11 @@ class eval_prompt {
       observation_options options;
       options.parallel_for = parallel_for;
       const auto start = std::chrono::steady_clock::now();
-      attention_mass mass = observed_attention(s.queries.middle_tokens(prompt_tokens_ - queries, queries),
-                                               s.keys.middle_tokens(0, prompt_tokens_), options);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      attention_mass mass =
+          observed_attention(s.queries.middle_tokens(prompt_tokens_ - queries, queries),
+                             s.keys.middle_tokens(0, prompt_tokens_), options);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       slot = std::make_unique<std::pair<attention_mass, double>>(std::move(mass), seconds);
     }
     return *slot;
@@ -139,7 +155,8 @@ class eval_prompt {
  private:
   struct memo {
     std::mutex mutex;
-    std::map<std::pair<index_t, index_t>, std::unique_ptr<std::pair<attention_mass, double>>> masses;
+    std::map<std::pair<index_t, index_t>, std::unique_ptr<std::pair<attention_mass, double>>>
+        masses;
   };
   model_shape shape_;
   std::vector<layer_sequence<T>> layers_;
@@ -150,9 +167,9 @@ class eval_prompt {
 /// What one policy did on one prompt at one budget.
 struct policy_run {
   std::string policy;
-  index_t budget_entries = 0;  ///< the budget as entries per kv head
-  index_t kv_bytes = 0;        ///< K/V the cache held after compressing the prompt
-  index_t full_kv_bytes = 0;   ///< K/V of the full cache of the prompt
+  index_t budget_entries = 0;   ///< the budget as entries per kv head
+  index_t kv_bytes = 0;         ///< K/V the cache held after compressing the prompt
+  index_t full_kv_bytes = 0;    ///< K/V of the full cache of the prompt
   double compress_seconds = 0;  ///< every layer, SnapKV/H2O attention scoring included
   double decode_seconds = 0;    ///< one decode step over every layer (median over the steps)
   /// [layer][step * num_query_heads * head_dim]: each decode step's attention output.
@@ -185,21 +202,23 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
   const model_shape& shape = prompt.shape();
   policy_run run;
   run.policy = std::string(p.name);
-  run.budget_entries = entries_per_head(budget, shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
+  run.budget_entries =
+      entries_per_head(budget, shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
   run.full_kv_bytes = full_kv_bytes(shape, prompt.prompt_tokens(), static_cast<index_t>(sizeof(T)));
 
   // Compression time includes each attention score once, whether this run computed it or an
   // earlier run on the prompt did (then its recorded cost is credited).
   double memo_credit = 0;
-  const prompt_kv<T> input =
-      prompt.policy_input(options.parallel_for, [&memo_credit](double credit) { memo_credit += credit; });
+  const prompt_kv<T> input = prompt.policy_input(
+      options.parallel_for, [&memo_credit](double credit) { memo_credit += credit; });
   const auto start = clock::now();
   auto cache = p.compress(input, run.budget_entries);
   run.compress_seconds = std::chrono::duration<double>(clock::now() - start).count() + memo_credit;
   run.kv_bytes = held_kv_bytes(cache);
 
   const index_t steps = prompt.decode_steps(), heads = shape.num_query_heads, dim = shape.head_dim;
-  run.outputs.assign(static_cast<std::size_t>(shape.num_layers), std::vector<float>(static_cast<std::size_t>(steps * heads * dim)));
+  run.outputs.assign(static_cast<std::size_t>(shape.num_layers),
+                     std::vector<float>(static_cast<std::size_t>(steps * heads * dim)));
   std::vector<double> step_seconds;
   attention_options attention;
   attention.parallel_for = options.parallel_for;
@@ -210,7 +229,8 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
       const layer_sequence<T>& seq = prompt.layer(l);
       cache.append(l, seq.keys.middle_tokens(t, 1), seq.values.middle_tokens(t, 1));
       const matrix_view<const T> query = seq.queries.token(t);
-      const matrix_view<float> out(run.outputs[static_cast<std::size_t>(l)].data() + s * heads * dim, heads, dim);
+      const matrix_view<float> out(
+          run.outputs[static_cast<std::size_t>(l)].data() + s * heads * dim, heads, dim);
       const auto begin = clock::now();
       decode_attention(cache, l, query, out, attention);
       seconds += std::chrono::duration<double>(clock::now() - begin).count();
@@ -219,7 +239,8 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
     step_seconds.push_back(seconds);
   }
   if (!step_seconds.empty()) {
-    std::nth_element(step_seconds.begin(), step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2),
+    std::nth_element(step_seconds.begin(),
+                     step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2),
                      step_seconds.end());
     run.decode_seconds = step_seconds[step_seconds.size() / 2];
   }
@@ -228,15 +249,17 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
 
 /// Relative L2 error of each layer's decode outputs against the reference run's:
 /// ||run - reference|| / ||reference|| over every step, query head and dimension.
-inline std::vector<double> relative_l2_per_layer(const policy_run& run, const policy_run& reference) {
-  RAZORKV_CHECK(run.outputs.size() == reference.outputs.size(), kShapeMismatch, "relative_l2_per_layer: ",
-                run.outputs.size(), " layers vs ", reference.outputs.size(), " in the reference");
+inline std::vector<double> relative_l2_per_layer(const policy_run& run,
+                                                 const policy_run& reference) {
+  RAZORKV_CHECK(run.outputs.size() == reference.outputs.size(), kShapeMismatch,
+                "relative_l2_per_layer: ", run.outputs.size(), " layers vs ",
+                reference.outputs.size(), " in the reference");
   std::vector<double> errors;
   for (std::size_t l = 0; l < run.outputs.size(); ++l) {
     const auto& got = run.outputs[l];
     const auto& want = reference.outputs[l];
-    RAZORKV_CHECK(got.size() == want.size(), kShapeMismatch, "relative_l2_per_layer: layer ", l, " has ", got.size(),
-                  " outputs, the reference ", want.size());
+    RAZORKV_CHECK(got.size() == want.size(), kShapeMismatch, "relative_l2_per_layer: layer ", l,
+                  " has ", got.size(), " outputs, the reference ", want.size());
     double error = 0, norm = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
       error += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
@@ -251,14 +274,16 @@ inline std::vector<double> relative_l2_per_layer(const policy_run& run, const po
 /// at the answer position (1 when the head returns exactly v, 1/k when it splits its attention
 /// evenly over v and k - 1 unrelated values).
 template <class T>
-double needle_coefficient(const policy_run& run, const eval_prompt<T>& prompt, const needle_trial& trial) {
+double needle_coefficient(const policy_run& run, const eval_prompt<T>& prompt,
+                          const needle_trial& trial) {
   const model_shape& shape = prompt.shape();
-  RAZORKV_CHECK(trial.layer >= 0 && trial.layer < static_cast<index_t>(run.outputs.size()) && trial.query_head >= 0 &&
-                    trial.query_head < shape.num_query_heads && trial.step >= 0 &&
-                    trial.step < prompt.decode_steps() && trial.answer_position >= 0 &&
-                    trial.answer_position < prompt.prompt_tokens(),
-                kOutOfRange, "needle_coefficient: trial (layer ", trial.layer, ", query head ", trial.query_head,
-                ", step ", trial.step, ", answer ", trial.answer_position, ") is outside the prompt or the run");
+  RAZORKV_CHECK(trial.layer >= 0 && trial.layer < static_cast<index_t>(run.outputs.size()) &&
+                    trial.query_head >= 0 && trial.query_head < shape.num_query_heads &&
+                    trial.step >= 0 && trial.step < prompt.decode_steps() &&
+                    trial.answer_position >= 0 && trial.answer_position < prompt.prompt_tokens(),
+                kOutOfRange, "needle_coefficient: trial (layer ", trial.layer, ", query head ",
+                trial.query_head, ", step ", trial.step, ", answer ", trial.answer_position,
+                ") is outside the prompt or the run");
   const index_t kv_head = trial.query_head / (shape.num_query_heads / shape.num_kv_heads);
   const T* answer = prompt.layer(trial.layer).values.token(trial.answer_position).row(kv_head);
   const float* out = run.outputs[static_cast<std::size_t>(trial.layer)].data() +
@@ -275,7 +300,8 @@ double needle_coefficient(const policy_run& run, const eval_prompt<T>& prompt, c
 /// Whether the run recovers each trial's needle: its output carries at least half of the answer
 /// the reference (full cache) output carries, and the reference carries at least 0.1 of it.
 template <class T>
-std::vector<bool> needles_recovered(const policy_run& run, const policy_run& reference, const eval_prompt<T>& prompt,
+std::vector<bool> needles_recovered(const policy_run& run, const policy_run& reference,
+                                    const eval_prompt<T>& prompt,
                                     const std::vector<needle_trial>& trials) {
   std::vector<bool> recovered;
   for (const needle_trial& trial : trials) {

@@ -17,9 +17,9 @@ RAZORKV_BEGIN_NAMESPACE
 
 /// The shape of one needle prompt.
 struct needle_task_config {
-  index_t context_tokens = 4096;      ///< prompt length N, BOS and questions included
-  double depth = 0.5;                 ///< where the needles sit in the haystack: 0 first, 1 last
-  index_t needles = 4;                ///< K key/value pairs, each asked for once
+  index_t context_tokens = 4096;       ///< prompt length N, BOS and questions included
+  double depth = 0.5;                  ///< where the needles sit in the haystack: 0 first, 1 last
+  index_t needles = 4;                 ///< K key/value pairs, each asked for once
   index_t haystack_vocabulary = 4096;  ///< distinct filler tokens (drawn with replacement)
   std::uint64_t seed = 0;
   /// The needles' values are this many times longer than the filler's, so that a head's
@@ -44,16 +44,19 @@ struct needle_task {
 
 inline needle_task make_needle_task(const needle_task_config& config) {
   constexpr const char* kWhere = "make_needle_task";
-  RAZORKV_CHECK(config.needles >= 1, kInvalidArgument, kWhere, ": needles (", config.needles, ") must be >= 1");
-  RAZORKV_CHECK(config.haystack_vocabulary >= 1, kInvalidArgument, kWhere, ": haystack_vocabulary (",
-                config.haystack_vocabulary, ") must be >= 1");
-  RAZORKV_CHECK(std::isfinite(config.depth) && config.depth >= 0.0 && config.depth <= 1.0, kInvalidArgument, kWhere,
-                ": depth (", config.depth, ") must be in [0, 1]");
+  RAZORKV_CHECK(config.needles >= 1, kInvalidArgument, kWhere, ": needles (", config.needles,
+                ") must be >= 1");
+  RAZORKV_CHECK(config.haystack_vocabulary >= 1, kInvalidArgument, kWhere,
+                ": haystack_vocabulary (", config.haystack_vocabulary, ") must be >= 1");
+  RAZORKV_CHECK(std::isfinite(config.depth) && config.depth >= 0.0 && config.depth <= 1.0,
+                kInvalidArgument, kWhere, ": depth (", config.depth, ") must be in [0, 1]");
   const index_t haystack = config.context_tokens - 1 - config.needles;  // pairs included
-  RAZORKV_CHECK(haystack >= 2 * config.needles, kInvalidArgument, kWhere, ": context_tokens (", config.context_tokens,
-                ") cannot hold a BOS, ", config.needles, " needle pairs and ", config.needles, " questions");
-  RAZORKV_CHECK(std::isfinite(config.answer_value_scale) && config.answer_value_scale > 0.0, kInvalidArgument, kWhere,
-                ": answer_value_scale (", config.answer_value_scale, ") must be > 0");
+  RAZORKV_CHECK(haystack >= 2 * config.needles, kInvalidArgument, kWhere, ": context_tokens (",
+                config.context_tokens, ") cannot hold a BOS, ", config.needles,
+                " needle pairs and ", config.needles, " questions");
+  RAZORKV_CHECK(std::isfinite(config.answer_value_scale) && config.answer_value_scale > 0.0,
+                kInvalidArgument, kWhere, ": answer_value_scale (", config.answer_value_scale,
+                ") must be > 0");
   needle_task task;
   task.answer_value_scale = config.answer_value_scale;
   const index_t first_needle_slot = config.haystack_vocabulary;
@@ -66,8 +69,8 @@ inline needle_task make_needle_task(const needle_task_config& config) {
     task.token_slots.push_back(static_cast<index_t>(
         detail::uniform_below(rng, static_cast<std::uint64_t>(config.haystack_vocabulary))));
   }
-  const index_t start =
-      1 + static_cast<index_t>(std::llround(config.depth * static_cast<double>(haystack - 2 * config.needles)));
+  const index_t start = 1 + static_cast<index_t>(std::llround(
+                                config.depth * static_cast<double>(haystack - 2 * config.needles)));
   for (index_t i = 0; i < config.needles; ++i) {
     const index_t position = start + 2 * i;
     task.token_slots[static_cast<std::size_t>(position)] = first_needle_slot + 2 * i;
@@ -75,7 +78,8 @@ inline needle_task make_needle_task(const needle_task_config& config) {
     task.needle_positions.push_back(position);
   }
   for (int pass = 0; pass < 2; ++pass) {  // the questions in the prompt, then at decode
-    for (index_t i = 0; i < config.needles; ++i) task.token_slots.push_back(first_needle_slot + 2 * i);
+    for (index_t i = 0; i < config.needles; ++i)
+      task.token_slots.push_back(first_needle_slot + 2 * i);
   }
   return task;
 }
@@ -90,7 +94,8 @@ struct needle_trial {
 /// Every (needle, reader) pair of `task` on a planted model: each query head planted as an
 /// induction head reads B_i (answer needle_positions[i] + 1), each echo head A_i
 /// (needle_positions[i]). A head counts as a reader when its strongest component is of that kind.
-inline std::vector<needle_trial> needle_trials(const needle_task& task, const std::vector<planted_layer_config>& model) {
+inline std::vector<needle_trial> needle_trials(const needle_task& task,
+                                               const std::vector<planted_layer_config>& model) {
   std::vector<needle_trial> trials;
   for (index_t l = 0; l < static_cast<index_t>(model.size()); ++l) {
     const auto& heads = model[static_cast<std::size_t>(l)].query_heads;
@@ -104,7 +109,8 @@ inline std::vector<needle_trial> needle_trials(const needle_task& task, const st
       if (strongest.first != head_kind::kInduction && strongest.first != head_kind::kEcho) continue;
       for (index_t i = 0; i < static_cast<index_t>(task.needle_positions.size()); ++i) {
         const index_t p = task.needle_positions[static_cast<std::size_t>(i)];
-        trials.push_back({l, h, i, strongest.first == head_kind::kInduction ? p + 1 : p, strongest.first});
+        trials.push_back(
+            {l, h, i, strongest.first == head_kind::kInduction ? p + 1 : p, strongest.first});
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
@@ -15,7 +16,6 @@
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"
 #include "razorkv/scoring/streaming_scorer.hpp"
-#include "razorkv/select/head_plan.hpp"
 #include "razorkv/select/head_selector.hpp"
 #include "razorkv/synthetic/planted_heads.hpp"
 
@@ -26,17 +26,19 @@ inline model_shape planted_shape(const std::vector<planted_layer_config>& model)
   RAZORKV_CHECK(!model.empty(), kInvalidArgument, "planted_shape: the model has no layers");
   const planted_layer_config& first = model.front();
   for (std::size_t l = 0; l < model.size(); ++l) {
-    RAZORKV_CHECK(model[l].num_kv_heads == first.num_kv_heads && model[l].head_dim == first.head_dim &&
+    RAZORKV_CHECK(model[l].num_kv_heads == first.num_kv_heads &&
+                      model[l].head_dim == first.head_dim &&
                       model[l].query_heads.size() == first.query_heads.size(),
                   kShapeMismatch, "planted_shape: layer ", l, " differs in shape from layer 0");
   }
-  return {static_cast<index_t>(model.size()), static_cast<index_t>(first.query_heads.size()), first.num_kv_heads,
-          first.head_dim};
+  return {static_cast<index_t>(model.size()), static_cast<index_t>(first.query_heads.size()),
+          first.num_kv_heads, first.head_dim};
 }
 
 /// What an engine does offline, on a planted model: run the probe through every layer, score
 /// each head from its queries and keys, select the retrieval groups.
-inline head_plan calibrate_planted_model(const std::vector<planted_layer_config>& model, const probe& the_probe,
+inline head_plan calibrate_planted_model(const std::vector<planted_layer_config>& model,
+                                         const probe& the_probe,
                                          const selection_config& selection = {}) {
   const model_shape shape = planted_shape(model);
   head_scores scores(shape.num_layers, shape.num_query_heads, shape.num_kv_heads);
@@ -52,9 +54,10 @@ inline head_plan calibrate_planted_model(const std::vector<planted_layer_config>
 /// Move-only, since the prompt views the layers it owns.
 class planted_prompt {
  public:
-  planted_prompt(const std::vector<planted_layer_config>& model, const std::vector<index_t>& token_slots,
-                 index_t vocabulary, index_t prompt_tokens)
-      : layers_(make_layers(model, token_slots, vocabulary)), prompt_(planted_shape(model), views(layers_), prompt_tokens) {}
+  planted_prompt(const std::vector<planted_layer_config>& model,
+                 const std::vector<index_t>& token_slots, index_t vocabulary, index_t prompt_tokens)
+      : layers_(make_layers(model, token_slots, vocabulary)),
+        prompt_(planted_shape(model), views(layers_), prompt_tokens) {}
   /// The needle task's sequence, with the values at every needle pair scaled by
   /// task.answer_value_scale in every layer and kv head.
   planted_prompt(const std::vector<planted_layer_config>& model, const needle_task& task)
@@ -69,7 +72,8 @@ class planted_prompt {
 
  private:
   static std::vector<planted_layer> make_layers(const std::vector<planted_layer_config>& model,
-                                                const std::vector<index_t>& token_slots, index_t vocabulary,
+                                                const std::vector<index_t>& token_slots,
+                                                index_t vocabulary,
                                                 const needle_task* task = nullptr) {
     // Layers draw from their own seeds, so they are built in parallel (the generator dominates
     // the harness's time otherwise); an error in any is rethrown here.
@@ -81,8 +85,10 @@ class planted_prompt {
         planted_layer layer = make_planted_layer(token_slots, vocabulary, model[lu]);
         for (index_t p : task ? task->needle_positions : std::vector<index_t>{}) {
           const auto scale = static_cast<float>(task->answer_value_scale);
-          const std::size_t first = static_cast<std::size_t>(p * layer.num_kv_heads * layer.head_dim);
-          const std::size_t count = static_cast<std::size_t>(2 * layer.num_kv_heads * layer.head_dim);  // A_i, B_i
+          const std::size_t first =
+              static_cast<std::size_t>(p * layer.num_kv_heads * layer.head_dim);
+          const std::size_t count =
+              static_cast<std::size_t>(2 * layer.num_kv_heads * layer.head_dim);  // A_i, B_i
           for (std::size_t i = first; i < first + count; ++i) layer.values[i] *= scale;
         }
         layers[lu] = std::move(layer);
@@ -97,7 +103,8 @@ class planted_prompt {
   }
   static std::vector<layer_sequence<float>> views(const std::vector<planted_layer>& layers) {
     std::vector<layer_sequence<float>> out;
-    for (const planted_layer& layer : layers) out.push_back({layer.query_view(), layer.key_view(), layer.value_view()});
+    for (const planted_layer& layer : layers)
+      out.push_back({layer.query_view(), layer.key_view(), layer.value_view()});
     return out;
   }
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/error.hpp"
-#include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace io {
@@ -49,35 +49,39 @@ inline head_plan head_plan_from_duoattention(const std::string& tsv, const model
       } catch (const std::exception&) {
         used = 0;
       }
-      RAZORKV_CHECK(used == field.size() && used > 0 && std::isfinite(value), kParseError, kWhere, ": row ", rows,
-                    " column ", columns, ": \"", field, "\" is not a finite number");
+      RAZORKV_CHECK(used == field.size() && used > 0 && std::isfinite(value), kParseError, kWhere,
+                    ": row ", rows, " column ", columns, ": \"", field,
+                    "\" is not a finite number");
       gates.push_back(value);
       ++columns;
       start = tab + 1;
     }
-    RAZORKV_CHECK(columns == shape.num_kv_heads, kParseError, kWhere, ": row ", rows, " has ", columns,
-                  " values, the model has ", shape.num_kv_heads, " kv heads");
+    RAZORKV_CHECK(columns == shape.num_kv_heads, kParseError, kWhere, ": row ", rows, " has ",
+                  columns, " values, the model has ", shape.num_kv_heads, " kv heads");
     ++rows;
   }
-  RAZORKV_CHECK(rows == shape.num_layers, kParseError, kWhere, ": ", rows, " rows, the model has ", shape.num_layers,
-                " layers");
+  RAZORKV_CHECK(rows == shape.num_layers, kParseError, kWhere, ": ", rows, " rows, the model has ",
+                shape.num_layers, " layers");
   if (options.sparsity) {
     const double s = *options.sparsity;
-    RAZORKV_CHECK(std::isfinite(s) && s >= 0.0 && s <= 1.0, kInvalidArgument, kWhere, ": sparsity (", s,
-                  ") must be in [0, 1]");
+    RAZORKV_CHECK(std::isfinite(s) && s >= 0.0 && s <= 1.0, kInvalidArgument, kWhere,
+                  ": sparsity (", s, ") must be in [0, 1]");
     std::vector<index_t> order(gates.size());
     std::iota(order.begin(), order.end(), index_t{0});
     std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
       return gates[static_cast<std::size_t>(a)] > gates[static_cast<std::size_t>(b)];
     });
-    const auto keep = static_cast<std::size_t>(std::llround((1.0 - s) * static_cast<double>(gates.size())));
-    for (std::size_t i = 0; i < keep; ++i) plan.set_retrieval(order[i] / shape.num_kv_heads, order[i] % shape.num_kv_heads, true);
+    const auto keep =
+        static_cast<std::size_t>(std::llround((1.0 - s) * static_cast<double>(gates.size())));
+    for (std::size_t i = 0; i < keep; ++i)
+      plan.set_retrieval(order[i] / shape.num_kv_heads, order[i] % shape.num_kv_heads, true);
   } else {
-    RAZORKV_CHECK(std::isfinite(options.threshold), kInvalidArgument, kWhere, ": threshold (", options.threshold,
-                  ") must be finite");
+    RAZORKV_CHECK(std::isfinite(options.threshold), kInvalidArgument, kWhere, ": threshold (",
+                  options.threshold, ") must be finite");
     for (std::size_t i = 0; i < gates.size(); ++i) {
       if (gates[i] > options.threshold) {
-        plan.set_retrieval(static_cast<index_t>(i) / shape.num_kv_heads, static_cast<index_t>(i) % shape.num_kv_heads, true);
+        plan.set_retrieval(static_cast<index_t>(i) / shape.num_kv_heads,
+                           static_cast<index_t>(i) % shape.num_kv_heads, true);
       }
     }
   }

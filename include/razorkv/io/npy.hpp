@@ -56,7 +56,8 @@ struct npy_array {
   template <class Stored>
   Stored load(index_t i) const noexcept {
     Stored v;
-    std::memcpy(static_cast<void*>(&v), bytes.data() + i * static_cast<index_t>(sizeof(Stored)), sizeof(Stored));
+    std::memcpy(static_cast<void*>(&v), bytes.data() + i * static_cast<index_t>(sizeof(Stored)),
+                sizeof(Stored));
     return v;
   }
   // A floating value as T; for an integer T it must be finite and in T's range (a cast of
@@ -66,19 +67,25 @@ struct npy_array {
     if constexpr (std::is_integral_v<T>) {
       // 2^63 and 2^31 are exact in float; the range is [-2^(bits-1), 2^(bits-1)).
       const float limit = std::ldexp(1.0f, std::numeric_limits<T>::digits);
-      RAZORKV_CHECK(std::isfinite(x) && x >= -limit && x < limit, kInvalidArgument, "npy_array::to: element ", i,
-                    " (", x, ") is not representable as a ", sizeof(T) * 8, "-bit integer");
+      RAZORKV_CHECK(std::isfinite(x) && x >= -limit && x < limit, kInvalidArgument,
+                    "npy_array::to: element ", i, " (", x, ") is not representable as a ",
+                    sizeof(T) * 8, "-bit integer");
     }
     return static_cast<T>(x);
   }
   template <class T>
   T element(index_t i) const {
     switch (dtype) {
-      case npy_dtype::kFloat32: return from_floating<T>(load<float>(i), i);
-      case npy_dtype::kFloat16: return from_floating<T>(static_cast<float>(load<Eigen::half>(i)), i);
-      case npy_dtype::kBFloat16: return from_floating<T>(static_cast<float>(load<Eigen::bfloat16>(i)), i);
-      case npy_dtype::kInt32: return static_cast<T>(load<std::int32_t>(i));
-      case npy_dtype::kInt64: return static_cast<T>(load<std::int64_t>(i));
+      case npy_dtype::kFloat32:
+        return from_floating<T>(load<float>(i), i);
+      case npy_dtype::kFloat16:
+        return from_floating<T>(static_cast<float>(load<Eigen::half>(i)), i);
+      case npy_dtype::kBFloat16:
+        return from_floating<T>(static_cast<float>(load<Eigen::bfloat16>(i)), i);
+      case npy_dtype::kInt32:
+        return static_cast<T>(load<std::int32_t>(i));
+      case npy_dtype::kInt64:
+        return static_cast<T>(load<std::int64_t>(i));
     }
     return T{};
   }
@@ -103,13 +110,14 @@ class npy_header_parser {
     return false;
   }
   void expect(char c, const char* what) {
-    RAZORKV_CHECK(consume(c), kParseError, "read_npy: header: expected '", c, "' ", what, " at offset ", pos_,
-                  " in ", text_);
+    RAZORKV_CHECK(consume(c), kParseError, "read_npy: header: expected '", c, "' ", what,
+                  " at offset ", pos_, " in ", text_);
   }
   std::string quoted() {
     expect('\'', "to open a string");
     const std::size_t end = text_.find('\'', pos_);
-    RAZORKV_CHECK(end != std::string::npos, kParseError, "read_npy: header: unterminated string in ", text_);
+    RAZORKV_CHECK(end != std::string::npos, kParseError,
+                  "read_npy: header: unterminated string in ", text_);
     std::string s = text_.substr(pos_, end - pos_);
     pos_ = end + 1;
     return s;
@@ -123,7 +131,8 @@ class npy_header_parser {
         return word[0] == 'T';
       }
     }
-    RAZORKV_CHECK(false, kParseError, "read_npy: header: expected True or False at offset ", pos_, " in ", text_);
+    RAZORKV_CHECK(false, kParseError, "read_npy: header: expected True or False at offset ", pos_,
+                  " in ", text_);
     return false;
   }
   std::vector<index_t> tuple() {
@@ -134,11 +143,13 @@ class npy_header_parser {
       index_t value = 0;
       std::size_t digits = 0;
       while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-        RAZORKV_CHECK(digits < 18, kOverflow, "read_npy: header: shape dimension too large in ", text_);
+        RAZORKV_CHECK(digits < 18, kOverflow, "read_npy: header: shape dimension too large in ",
+                      text_);
         value = value * 10 + (text_[pos_++] - '0');
         ++digits;
       }
-      RAZORKV_CHECK(digits > 0, kParseError, "read_npy: header: bad shape dimension at offset ", pos_, " in ", text_);
+      RAZORKV_CHECK(digits > 0, kParseError, "read_npy: header: bad shape dimension at offset ",
+                    pos_, " in ", text_);
       dims.push_back(value);
       if (!consume(',')) {
         expect(')', "to close the shape");
@@ -166,19 +177,23 @@ inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) 
   RAZORKV_CHECK(file.size() >= 10 && file.compare(0, 6, kMagic, 6) == 0, kParseError,
                 "read_npy: not a .npy file (bad magic)");
   const unsigned major = static_cast<unsigned char>(file[6]);
-  RAZORKV_CHECK(major >= 1 && major <= 3, kParseError, "read_npy: unsupported format version ", major, ".",
-                static_cast<unsigned>(static_cast<unsigned char>(file[7])));
+  RAZORKV_CHECK(major >= 1 && major <= 3, kParseError, "read_npy: unsupported format version ",
+                major, ".", static_cast<unsigned>(static_cast<unsigned char>(file[7])));
   std::size_t header_length = 0, header_start = 0;
   if (major == 1) {
-    header_length = static_cast<unsigned char>(file[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(file[9])) << 8);
+    header_length = static_cast<unsigned char>(file[8]) |
+                    (static_cast<std::size_t>(static_cast<unsigned char>(file[9])) << 8);
     header_start = 10;
   } else {
     RAZORKV_CHECK(file.size() >= 12, kParseError, "read_npy: truncated header");
-    for (int b = 0; b < 4; ++b) header_length |= static_cast<std::size_t>(static_cast<unsigned char>(file[8 + b])) << (8 * b);
+    for (std::size_t b = 0; b < 4; ++b) {
+      header_length |= static_cast<std::size_t>(static_cast<unsigned char>(file[8 + b])) << (8 * b);
+    }
     header_start = 12;
   }
-  RAZORKV_CHECK(header_length <= file.size() - header_start, kParseError, "read_npy: header length ", header_length,
-                " runs past the end of the file (", file.size(), " bytes)");
+  RAZORKV_CHECK(header_length <= file.size() - header_start, kParseError,
+                "read_npy: header length ", header_length, " runs past the end of the file (",
+                file.size(), " bytes)");
   const std::string header = file.substr(header_start, header_length);
 
   detail::npy_header_parser p(header);
@@ -206,26 +221,37 @@ inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) 
       break;
     }
   }
-  RAZORKV_CHECK(p.at_end(), kParseError, "read_npy: trailing characters after the header dict: ", header);
+  RAZORKV_CHECK(p.at_end(), kParseError,
+                "read_npy: trailing characters after the header dict: ", header);
   RAZORKV_CHECK(have_descr && have_order && have_shape, kParseError,
                 "read_npy: header must have 'descr', 'fortran_order' and 'shape': ", header);
-  RAZORKV_CHECK(!fortran, kParseError, "read_npy: fortran_order arrays are not supported (need C order)");
+  RAZORKV_CHECK(!fortran, kParseError,
+                "read_npy: fortran_order arrays are not supported (need C order)");
 
   npy_array array;
-  if (descr == "<f4") array.dtype = npy_dtype::kFloat32;
-  else if (descr == "<f2") array.dtype = npy_dtype::kFloat16;
-  else if (descr == "<u2" && u2_is_bfloat16) array.dtype = npy_dtype::kBFloat16;
-  else if (descr == "<i4") array.dtype = npy_dtype::kInt32;
-  else if (descr == "<i8") array.dtype = npy_dtype::kInt64;
-  else RAZORKV_CHECK(false, kParseError, "read_npy: unsupported dtype '", descr,
-                     "' (float32 '<f4', float16 '<f2', bfloat16 as '<u2', int32 '<i4', int64 '<i8'; little endian)");
+  if (descr == "<f4")
+    array.dtype = npy_dtype::kFloat32;
+  else if (descr == "<f2")
+    array.dtype = npy_dtype::kFloat16;
+  else if (descr == "<u2" && u2_is_bfloat16)
+    array.dtype = npy_dtype::kBFloat16;
+  else if (descr == "<i4")
+    array.dtype = npy_dtype::kInt32;
+  else if (descr == "<i8")
+    array.dtype = npy_dtype::kInt64;
+  else
+    RAZORKV_CHECK(false, kParseError, "read_npy: unsupported dtype '", descr,
+                  "' (float32 '<f4', float16 '<f2', bfloat16 as '<u2', int32 '<i4', int64 '<i8'; "
+                  "little endian)");
   array.shape = shape;
   index_t count = 1;
   for (index_t d : shape) count = ::razorkv::detail::checked_mul(count, d, "read_npy: shape");
-  const index_t bytes = ::razorkv::detail::checked_mul(count, npy_item_size(array.dtype), "read_npy: data size");
+  const index_t bytes =
+      ::razorkv::detail::checked_mul(count, npy_item_size(array.dtype), "read_npy: data size");
   const std::size_t data_start = header_start + header_length;
-  RAZORKV_CHECK(static_cast<std::size_t>(bytes) == file.size() - data_start, kParseError, "read_npy: shape ",
-                header, " needs ", bytes, " data bytes, the file has ", file.size() - data_start);
+  RAZORKV_CHECK(static_cast<std::size_t>(bytes) == file.size() - data_start, kParseError,
+                "read_npy: shape ", header, " needs ", bytes, " data bytes, the file has ",
+                file.size() - data_start);
   array.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_start), file.end());
   return array;
 }
@@ -243,8 +269,11 @@ inline npy_array read_npy(const std::string& path, bool u2_is_bfloat16 = true) {
 /// the given C-order shape.
 template <class T>
 std::string format_npy(const std::vector<T>& values, const std::vector<index_t>& shape) {
-  const char* descr = std::is_same_v<T, float> ? "<f4" : std::is_same_v<T, std::int64_t> ? "<i8" : "<i4";
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::int32_t>,
+  const char* descr = std::is_same_v<T, float>          ? "<f4"
+                      : std::is_same_v<T, std::int64_t> ? "<i8"
+                                                        : "<i4";
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::int64_t> ||
+                    std::is_same_v<T, std::int32_t>,
                 "razorkv::io::format_npy writes float, int32 or int64");
   index_t count = 1;
   std::string dims;  // "2, 3", or "5," for one dimension (a Python 1-tuple)
@@ -253,9 +282,10 @@ std::string format_npy(const std::vector<T>& values, const std::vector<index_t>&
     dims += (i ? ", " : "") + std::to_string(shape[i]);
   }
   if (shape.size() == 1) dims += ",";
-  RAZORKV_CHECK(count == static_cast<index_t>(values.size()), kShapeMismatch, "format_npy: shape holds ", count,
-                " elements, values has ", values.size());
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  RAZORKV_CHECK(count == static_cast<index_t>(values.size()), kShapeMismatch,
+                "format_npy: shape holds ", count, " elements, values has ", values.size());
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::string file("\x93NUMPY\x01\x00", 8);

@@ -19,7 +19,8 @@ RAZORKV_BEGIN_NAMESPACE
 
 /// Any policy, behind the policy contract: `name`, and compress(prompt, budget_entries), which
 /// returns the held policy's cache as an any_kv_cache<T>. Built implicitly from a policy value:
-///   std::vector<razorkv::policy> policies = {razorkv::full_policy(), razorkv::snapkv_policy(), my_policy{}};
+///   std::vector<razorkv::policy> policies = {razorkv::full_policy(), razorkv::snapkv_policy(),
+///   my_policy{}};
 /// It copies the policy it is given (policies are small values: parameters and a plan).
 class policy {
  public:
@@ -28,8 +29,10 @@ class policy {
 
   template <class P, class = std::enable_if_t<!std::is_same_v<std::decay_t<P>, policy>>>
   policy(P&& p)  // NOLINT(google-explicit-constructor): any policy is a policy
-      : name(std::string(p.name)), held_(std::make_shared<const model<std::decay_t<P>>>(std::forward<P>(p))) {
-    static_assert(is_policy_v<std::decay_t<P>>, "razorkv::policy: P does not satisfy the policy contract");
+      : name(std::string(p.name)),
+        held_(std::make_shared<const model<std::decay_t<P>>>(std::forward<P>(p))) {
+    static_assert(is_policy_v<std::decay_t<P>>,
+                  "razorkv::policy: P does not satisfy the policy contract");
   }
 
   /// The held policy's cache of `prompt` at `budget_entries` entries per kv head.
@@ -51,8 +54,10 @@ class policy {
   struct interface {
     virtual ~interface() = default;
     virtual any_kv_cache<float> compress(const prompt_kv<float>& prompt, index_t budget) const = 0;
-    virtual any_kv_cache<double> compress(const prompt_kv<double>& prompt, index_t budget) const = 0;
-    virtual any_kv_cache<Eigen::half> compress(const prompt_kv<Eigen::half>& prompt, index_t budget) const = 0;
+    virtual any_kv_cache<double> compress(const prompt_kv<double>& prompt,
+                                          index_t budget) const = 0;
+    virtual any_kv_cache<Eigen::half> compress(const prompt_kv<Eigen::half>& prompt,
+                                               index_t budget) const = 0;
     virtual any_kv_cache<Eigen::bfloat16> compress(const prompt_kv<Eigen::bfloat16>& prompt,
                                                    index_t budget) const = 0;
   };
@@ -67,7 +72,8 @@ class policy {
     any_kv_cache<double> compress(const prompt_kv<double>& prompt, index_t budget) const override {
       return held.compress(prompt, budget);
     }
-    any_kv_cache<Eigen::half> compress(const prompt_kv<Eigen::half>& prompt, index_t budget) const override {
+    any_kv_cache<Eigen::half> compress(const prompt_kv<Eigen::half>& prompt,
+                                       index_t budget) const override {
       return held.compress(prompt, budget);
     }
     any_kv_cache<Eigen::bfloat16> compress(const prompt_kv<Eigen::bfloat16>& prompt,

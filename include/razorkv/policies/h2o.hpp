@@ -19,6 +19,7 @@
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
+#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/observed_attention.hpp"
 #include "razorkv/policies/policy.hpp"
@@ -51,15 +52,20 @@ class h2o_kv_cache {
 
   h2o_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim, index_t budget_entries,
                const h2o_config& config = {})
-      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim), budget_(budget_entries) {
+      : num_layers_(num_layers),
+        num_kv_heads_(num_kv_heads),
+        head_dim_(head_dim),
+        budget_(budget_entries) {
     constexpr const char* kWhere = "h2o_kv_cache";
-    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument, kWhere, ": num_layers (",
-                  num_layers, "), num_kv_heads (", num_kv_heads, ") and head_dim (", head_dim, ") must be > 0");
+    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument, kWhere,
+                  ": num_layers (", num_layers, "), num_kv_heads (", num_kv_heads,
+                  ") and head_dim (", head_dim, ") must be > 0");
     RAZORKV_CHECK(budget_entries >= 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
                   " entries per head) must be >= 1");
-    RAZORKV_CHECK(config.recent >= 0, kInvalidArgument, kWhere, ": recent (", config.recent, ") must be >= 0");
-    RAZORKV_CHECK(config.recent <= budget_entries, kInvalidArgument, kWhere, ": recent (", config.recent,
-                  ") exceeds the budget (", budget_entries, " entries per head)");
+    RAZORKV_CHECK(config.recent >= 0, kInvalidArgument, kWhere, ": recent (", config.recent,
+                  ") must be >= 0");
+    RAZORKV_CHECK(config.recent <= budget_entries, kInvalidArgument, kWhere, ": recent (",
+                  config.recent, ") exceeds the budget (", budget_entries, " entries per head)");
     recent_ = config.recent > 0 ? config.recent : std::max<index_t>(1, budget_entries / 2);
     layers_.resize(static_cast<std::size_t>(num_layers));
   }
@@ -71,8 +77,12 @@ class h2o_kv_cache {
   index_t budget() const noexcept { return budget_; }
   index_t recent_window() const noexcept { return recent_; }
   index_t heavy_slots() const noexcept { return budget_ - recent_; }
-  bool is_compressed(index_t layer) const { return layer_at(layer, "h2o_kv_cache::is_compressed").compressed; }
-  index_t num_tokens(index_t layer) const { return layer_at(layer, "h2o_kv_cache::num_tokens").tokens; }
+  bool is_compressed(index_t layer) const {
+    return layer_at(layer, "h2o_kv_cache::is_compressed").compressed;
+  }
+  index_t num_tokens(index_t layer) const {
+    return layer_at(layer, "h2o_kv_cache::num_tokens").tokens;
+  }
 
   /// Keeps, per kv head, the last recent_window() prompt tokens and the heavy_slots() earlier
   /// ones with the largest `prompt_mass` (ties to the earlier position), scored with that mass.
@@ -82,15 +92,17 @@ class h2o_kv_cache {
                       const attention_mass& prompt_mass) {
     constexpr const char* kWhere = "h2o_kv_cache::compress_layer";
     layer_storage& target = layer_at(layer, kWhere);
-    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") is already compressed");
     detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
     const index_t tokens = keys.tokens();
-    RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads_ && prompt_mass.tokens == tokens, kShapeMismatch, kWhere,
-                  ": prompt_mass is [", prompt_mass.num_kv_heads, " kv heads, ", prompt_mass.tokens,
-                  " tokens], the prompt [", num_kv_heads_, ", ", tokens, "]");
+    RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads_ && prompt_mass.tokens == tokens,
+                  kShapeMismatch, kWhere, ": prompt_mass is [", prompt_mass.num_kv_heads,
+                  " kv heads, ", prompt_mass.tokens, " tokens], the prompt [", num_kv_heads_, ", ",
+                  tokens, "]");
     for (std::size_t i = 0; i < prompt_mass.values.size(); ++i) {
-      RAZORKV_CHECK(std::isfinite(prompt_mass.values[i]), kInvalidArgument, kWhere, ": prompt_mass value ", i, " (",
-                    prompt_mass.values[i], ") is not finite");
+      RAZORKV_CHECK(std::isfinite(prompt_mass.values[i]), kInvalidArgument, kWhere,
+                    ": prompt_mass value ", i, " (", prompt_mass.values[i], ") is not finite");
     }
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
     for (head_state& head : heads) {
@@ -109,8 +121,9 @@ class h2o_kv_cache {
       std::vector<index_t> order(static_cast<std::size_t>(candidates));
       std::iota(order.begin(), order.end(), index_t{0});
       const auto heavy = static_cast<std::ptrdiff_t>(std::min(candidates, heavy_slots()));
-      std::partial_sort(order.begin(), order.begin() + heavy, order.end(),
-                        [&](index_t a, index_t b) { return mass[a] != mass[b] ? mass[a] > mass[b] : a < b; });
+      std::partial_sort(
+          order.begin(), order.begin() + heavy, order.end(),
+          [&](index_t a, index_t b) { return mass[a] != mass[b] ? mass[a] > mass[b] : a < b; });
       order.resize(static_cast<std::size_t>(heavy));
       std::sort(order.begin(), order.end());
       for (index_t p : order) {
@@ -120,7 +133,8 @@ class h2o_kv_cache {
         head.heavy_position[static_cast<std::size_t>(slot)] = p;
         head.heavy_score[static_cast<std::size_t>(slot)] = mass[p];
       }
-      head.ring.write(0, k.middle_rows(candidates, in_window), v.middle_rows(candidates, in_window));
+      head.ring.write(0, k.middle_rows(candidates, in_window),
+                      v.middle_rows(candidates, in_window));
       head.ring.set_rows(in_window);
       for (index_t i = 0; i < in_window; ++i) {
         head.ring_position[static_cast<std::size_t>(i)] = candidates + i;
@@ -145,7 +159,8 @@ class h2o_kv_cache {
     for (index_t h = 0; h < num_kv_heads_; ++h) {
       head_state& head = l.heads[static_cast<std::size_t>(h)];
       const matrix_view<const T> k = keys.head(h), v = values.head(h);
-      for (index_t t = 0; t < keys.tokens(); ++t) push(head, k.middle_rows(t, 1), v.middle_rows(t, 1), l.tokens + t);
+      for (index_t t = 0; t < keys.tokens(); ++t)
+        push(head, k.middle_rows(t, 1), v.middle_rows(t, 1), l.tokens + t);
     }
     l.tokens += keys.tokens();
   }
@@ -161,17 +176,17 @@ class h2o_kv_cache {
     using Q = std::remove_const_t<TQ>;
     constexpr const char* kWhere = "h2o_kv_cache::observe";
     layer_storage& l = layer_at(layer, kWhere);
-    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") has not been compressed yet");
+    RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has not been compressed yet");
     const layer_view<const Q> q_view = queries;
-    RAZORKV_CHECK(q_view.head_dim() == head_dim_, kShapeMismatch, kWhere, ": queries.head_dim() (", q_view.head_dim(),
-                  ") != head_dim (", head_dim_, ")");
+    RAZORKV_CHECK(q_view.head_dim() == head_dim_, kShapeMismatch, kWhere, ": queries.head_dim() (",
+                  q_view.head_dim(), ") != head_dim (", head_dim_, ")");
     RAZORKV_CHECK(q_view.heads() > 0 && q_view.heads() % num_kv_heads_ == 0, kShapeMismatch, kWhere,
-                  ": num_query_heads (", q_view.heads(), ") is not a positive multiple of num_kv_heads (",
-                  num_kv_heads_, ")");
-    RAZORKV_CHECK(q_view.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (", q_view.tokens(),
-                  ") exceeds the recent window (", recent_, ")");
-    const double scale = scale_option ? *scale_option : 1.0 / std::sqrt(static_cast<double>(head_dim_));
-    RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, kWhere, ": scale (", scale, ") must be finite");
+                  ": num_query_heads (", q_view.heads(),
+                  ") is not a positive multiple of num_kv_heads (", num_kv_heads_, ")");
+    RAZORKV_CHECK(q_view.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (",
+                  q_view.tokens(), ") exceeds the recent window (", recent_, ")");
+    const double scale = detail::softmax_scale(scale_option, head_dim_, kWhere);
     detail::check_finite(q_view, kWhere, "query");
     const index_t tokens = q_view.tokens(), group = q_view.heads() / num_kv_heads_;
     for (index_t h = 0; h < num_kv_heads_; ++h) {
@@ -188,7 +203,8 @@ class h2o_kv_cache {
         for (index_t t = 0; t < tokens; ++t) {
           const Q* query = q_view.token(t).row(h * group + g);
           for (index_t c = 0; c < head_dim_; ++c) {
-            scaled_queries(g * tokens + t, c) = static_cast<float>(scale * detail::to_double(query[c]));
+            scaled_queries(g * tokens + t, c) =
+                static_cast<float>(scale * detail::to_double(query[c]));
           }
         }
       }
@@ -202,9 +218,7 @@ class h2o_kv_cache {
       });
       for (index_t r = 0; r < group * tokens; ++r) {
         const index_t visible = entries - (tokens - 1 - r % tokens);  // causal among the new tokens
-        auto row = logits.row(r).head(visible).array();
-        row = (row - row.maxCoeff()).exp();
-        row /= row.sum();
+        detail::softmax_in_place(logits.row(r).head(visible).array());
       }
       for_each_entry(head, [&](index_t e, const T*, double& score) {
         for (index_t r = 0; r < group * tokens; ++r) {
@@ -216,7 +230,8 @@ class h2o_kv_cache {
 
   index_t num_spans(index_t layer, index_t kv_head) const {
     index_t spans = 0;
-    for_each_span(head_at(layer, kv_head, "h2o_kv_cache::num_spans"), [&](const kv_span<T>&) { ++spans; });
+    for_each_span(head_at(layer, kv_head, "h2o_kv_cache::num_spans"),
+                  [&](const kv_span<T>&) { ++spans; });
     return spans;
   }
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
@@ -226,7 +241,8 @@ class h2o_kv_cache {
     for_each_span(head, [&](const kv_span<T>& s) {
       if (seen++ == i) found = s;
     });
-    RAZORKV_CHECK(i >= 0 && i < seen, kOutOfRange, "h2o_kv_cache::span: span (", i, ") outside [0, ", seen, ")");
+    RAZORKV_CHECK(i >= 0 && i < seen, kOutOfRange, "h2o_kv_cache::span: span (", i,
+                  ") outside [0, ", seen, ")");
     return found;
   }
 
@@ -234,7 +250,8 @@ class h2o_kv_cache {
   std::vector<index_t> positions(index_t layer, index_t kv_head) const {
     std::vector<index_t> out;
     const head_state& head = head_at(layer, kv_head, "h2o_kv_cache::positions");
-    for_each_entry(head, [&](index_t e, const T*, const double&) { out.push_back(entry_position(head, e)); });
+    for_each_entry(
+        head, [&](index_t e, const T*, const double&) { out.push_back(entry_position(head, e)); });
     return out;
   }
   std::vector<double> scores(index_t layer, index_t kv_head) const {
@@ -243,17 +260,33 @@ class h2o_kv_cache {
                    [&](index_t, const T*, const double& score) { out.push_back(score); });
     return out;
   }
+  // The memory vocabulary every razorkv cache shares.
+  /// Entries the head holds (at most the budget).
+  index_t entries(index_t layer, index_t kv_head) const {
+    const head_state& head = head_at(layer, kv_head, "h2o_kv_cache::entries");
+    return head.heavy.rows() + head.ring.rows();
+  }
+  /// K/V bytes held.
   index_t kv_bytes() const { return held_kv_bytes(*this); }
+  /// K/V bytes allocated: the budget's rows of every compressed head, allocated at compression.
+  index_t allocated_bytes() const noexcept {
+    index_t total = 0;
+    for (const layer_storage& l : layers_) {
+      for (const head_state& head : l.heads)
+        total += head.heavy.allocated_bytes() + head.ring.allocated_bytes();
+    }
+    return total;
+  }
 
  private:
   struct head_state {
-    detail::head_rows<T> heavy;                // [heavy_slots, dim]; rows() slots are filled
-    std::vector<index_t> heavy_position;       // [heavy_slots], by slot
-    std::vector<double> heavy_score;           // [heavy_slots], by slot
-    detail::head_rows<T> ring;                 // [recent, dim]; a ring once full
-    std::vector<index_t> ring_position;        // [recent], by ring slot
-    std::vector<double> ring_score;            // [recent], by ring slot
-    index_t ring_start = 0;                    // slot of the oldest window token
+    detail::head_rows<T> heavy;           // [heavy_slots, dim]; rows() slots are filled
+    std::vector<index_t> heavy_position;  // [heavy_slots], by slot
+    std::vector<double> heavy_score;      // [heavy_slots], by slot
+    detail::head_rows<T> ring;            // [recent, dim]; a ring once full
+    std::vector<index_t> ring_position;   // [recent], by ring slot
+    std::vector<double> ring_score;       // [recent], by ring slot
+    index_t ring_start = 0;               // slot of the oldest window token
   };
   struct layer_storage {
     std::vector<head_state> heads;
@@ -262,7 +295,9 @@ class h2o_kv_cache {
   };
 
   // Slot of window entry i (0 = oldest).
-  index_t ring_slot(const head_state& head, index_t i) const noexcept { return (head.ring_start + i) % recent_; }
+  index_t ring_slot(const head_state& head, index_t i) const noexcept {
+    return (head.ring_start + i) % recent_;
+  }
 
   index_t entry_position(const head_state& head, index_t e) const {
     const index_t heavy = head.heavy.rows();
@@ -274,7 +309,8 @@ class h2o_kv_cache {
   template <class Head, class F>
   void for_each_entry(Head& head, F&& f) const {
     const index_t heavy = head.heavy.rows();
-    for (index_t e = 0; e < heavy; ++e) f(e, head.heavy.key_row(e), head.heavy_score[static_cast<std::size_t>(e)]);
+    for (index_t e = 0; e < heavy; ++e)
+      f(e, head.heavy.key_row(e), head.heavy_score[static_cast<std::size_t>(e)]);
     for (index_t i = 0; i < head.ring.rows(); ++i) {
       const index_t slot = ring_slot(head, i);
       f(heavy + i, head.ring.key_row(slot), head.ring_score[static_cast<std::size_t>(slot)]);
@@ -293,7 +329,8 @@ class h2o_kv_cache {
   }
 
   // One new token into the window; the token it pushes out may become a heavy hitter.
-  void push(head_state& head, const matrix_view<const T>& key, const matrix_view<const T>& value, index_t position) {
+  void push(head_state& head, const matrix_view<const T>& key, const matrix_view<const T>& value,
+            index_t position) {
     if (head.ring.rows() < recent_) {  // not full yet: ring_start is 0
       const index_t slot = head.ring.rows();
       head.ring.write(slot, key, value);
@@ -304,7 +341,8 @@ class h2o_kv_cache {
     }
     const index_t leaving = head.ring_start;
     const std::size_t lu = static_cast<std::size_t>(leaving);
-    const matrix_view<const T> leaving_key = head.ring.keys(leaving, 1), leaving_value = head.ring.values(leaving, 1);
+    const matrix_view<const T> leaving_key = head.ring.keys(leaving, 1),
+                               leaving_value = head.ring.values(leaving, 1);
     const index_t filled = head.heavy.rows();
     if (filled < heavy_slots()) {
       head.heavy.write(filled, leaving_key, leaving_value);
@@ -312,8 +350,9 @@ class h2o_kv_cache {
       head.heavy_position[static_cast<std::size_t>(filled)] = head.ring_position[lu];
       head.heavy_score[static_cast<std::size_t>(filled)] = head.ring_score[lu];
     } else if (filled > 0) {
-      const auto weakest = static_cast<index_t>(
-          std::min_element(head.heavy_score.begin(), head.heavy_score.end()) - head.heavy_score.begin());
+      const auto weakest =
+          static_cast<index_t>(std::min_element(head.heavy_score.begin(), head.heavy_score.end()) -
+                               head.heavy_score.begin());
       if (head.ring_score[lu] > head.heavy_score[static_cast<std::size_t>(weakest)]) {
         head.heavy.write(weakest, leaving_key, leaving_value);
         head.heavy_position[static_cast<std::size_t>(weakest)] = head.ring_position[lu];
@@ -327,8 +366,8 @@ class h2o_kv_cache {
   }
 
   const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer, ") outside [0, ",
-                  num_layers_, ")");
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
+                  ") outside [0, ", num_layers_, ")");
     return layers_[static_cast<std::size_t>(layer)];
   }
   layer_storage& layer_at(index_t layer, const char* where) {
@@ -336,8 +375,8 @@ class h2o_kv_cache {
   }
   const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
     const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (", kv_head,
-                  ") outside [0, ", num_kv_heads_, ")");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (",
+                  kv_head, ") outside [0, ", num_kv_heads_, ")");
     static const head_state empty{};
     return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
   }
@@ -346,7 +385,8 @@ class h2o_kv_cache {
   std::vector<layer_storage> layers_;  // [num_layers]
 };
 
-static_assert(is_kv_cache_v<h2o_kv_cache<float>>, "h2o_kv_cache must satisfy the KV-cache contract");
+static_assert(is_kv_cache_v<h2o_kv_cache<float>>,
+              "h2o_kv_cache must satisfy the KV-cache contract");
 
 /// H2O as a policy (see the policy contract): the prompt's last `observed_queries` queries (0:
 /// all of them, as H2O does; the prompt_kv must hold them) rank the prompt, and the cache keeps
@@ -357,16 +397,19 @@ struct h2o_policy {
   index_t observed_queries = 0;
 
   h2o_policy() = default;
-  explicit h2o_policy(const h2o_config& h2o, index_t observed = 0) : config(h2o), observed_queries(observed) {}
+  explicit h2o_policy(const h2o_config& h2o, index_t observed = 0)
+      : config(h2o), observed_queries(observed) {}
 
   template <class T>
   h2o_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
     const model_shape& shape = prompt.shape();
     const index_t tokens = prompt.tokens();
     const index_t queries = observed_queries > 0 ? observed_queries : tokens;
-    RAZORKV_CHECK(observed_queries >= 0 && queries <= tokens, kInvalidArgument, "h2o_policy: observed_queries (",
-                  observed_queries, ") must be in [0, ", tokens, "], the prompt's tokens");
-    h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget_entries, config);
+    RAZORKV_CHECK(observed_queries >= 0 && queries <= tokens, kInvalidArgument,
+                  "h2o_policy: observed_queries (", observed_queries, ") must be in [0, ", tokens,
+                  "], the prompt's tokens");
+    h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget_entries,
+                          config);
     for (index_t l = 0; l < shape.num_layers; ++l) {
       cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values,
                            prompt.observed(l, queries, "h2o_policy: observed_queries"));

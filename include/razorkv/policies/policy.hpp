@@ -11,12 +11,12 @@
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
-#include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -44,26 +44,30 @@ class prompt_kv {
       : shape_(shape), layers_(std::move(layers)) {
     constexpr const char* kWhere = "prompt_kv";
     static_cast<void>(head_plan(shape));  // validates the shape
-    RAZORKV_CHECK(static_cast<index_t>(layers_.size()) == shape.num_layers, kShapeMismatch, kWhere, ": ",
-                  layers_.size(), " layers given, the model has ", shape.num_layers);
+    RAZORKV_CHECK(static_cast<index_t>(layers_.size()) == shape.num_layers, kShapeMismatch, kWhere,
+                  ": ", layers_.size(), " layers given, the model has ", shape.num_layers);
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       const layer_sequence<T>& s = layers_[l];
       const layer_sequence<T>& first = layers_[0];
       // An empty query view (default-constructed) reads as 0 queries of the right shape.
       const bool no_queries = s.queries.tokens() == 0;
-      RAZORKV_CHECK((no_queries || (s.queries.heads() == shape.num_query_heads &&
-                                    s.queries.head_dim() == shape.head_dim)) &&
-                        s.keys.heads() == shape.num_kv_heads && s.values.heads() == shape.num_kv_heads &&
-                        s.keys.head_dim() == shape.head_dim && s.values.head_dim() == shape.head_dim,
-                    kShapeMismatch, kWhere, ": layer ", l, " is not [tokens, ", shape.num_query_heads, " | ",
-                    shape.num_kv_heads, " heads, ", shape.head_dim, "]");
+      RAZORKV_CHECK(
+          (no_queries || (s.queries.heads() == shape.num_query_heads &&
+                          s.queries.head_dim() == shape.head_dim)) &&
+              s.keys.heads() == shape.num_kv_heads && s.values.heads() == shape.num_kv_heads &&
+              s.keys.head_dim() == shape.head_dim && s.values.head_dim() == shape.head_dim,
+          kShapeMismatch, kWhere, ": layer ", l, " is not [tokens, ", shape.num_query_heads, " | ",
+          shape.num_kv_heads, " heads, ", shape.head_dim, "]");
       RAZORKV_CHECK(s.keys.tokens() > 0 && s.keys.tokens() == first.keys.tokens() &&
                         s.values.tokens() == s.keys.tokens(),
                     kShapeMismatch, kWhere, ": layer ", l, " holds ", s.keys.tokens(), " keys and ",
-                    s.values.tokens(), " values, layer 0 ", first.keys.tokens(), " keys (must be equal and > 0)");
-      RAZORKV_CHECK(s.queries.tokens() == first.queries.tokens() && s.queries.tokens() <= s.keys.tokens(),
-                    kShapeMismatch, kWhere, ": layer ", l, " holds ", s.queries.tokens(),
-                    " queries; every layer must hold the same number, at most its ", s.keys.tokens(), " tokens");
+                    s.values.tokens(), " values, layer 0 ", first.keys.tokens(),
+                    " keys (must be equal and > 0)");
+      RAZORKV_CHECK(
+          s.queries.tokens() == first.queries.tokens() && s.queries.tokens() <= s.keys.tokens(),
+          kShapeMismatch, kWhere, ": layer ", l, " holds ", s.queries.tokens(),
+          " queries; every layer must hold the same number, at most its ", s.keys.tokens(),
+          " tokens");
     }
   }
 
@@ -73,8 +77,8 @@ class prompt_kv {
   /// Nq: the prompt queries given (the last Nq tokens').
   index_t num_queries() const noexcept { return layers_[0].queries.tokens(); }
   const layer_sequence<T>& layer(index_t l) const {
-    RAZORKV_CHECK(l >= 0 && l < shape_.num_layers, kOutOfRange, "prompt_kv::layer: layer (", l, ") outside [0, ",
-                  shape_.num_layers, ")");
+    RAZORKV_CHECK(l >= 0 && l < shape_.num_layers, kOutOfRange, "prompt_kv::layer: layer (", l,
+                  ") outside [0, ", shape_.num_layers, ")");
     return layers_[static_cast<std::size_t>(l)];
   }
 
@@ -82,13 +86,14 @@ class prompt_kv {
   /// kInvalidArgument naming `who` (the policy's parameter) when fewer queries were given.
   attention_mass observed(index_t layer, index_t queries, const char* who) const {
     RAZORKV_CHECK(queries >= 1 && queries <= num_queries(), kInvalidArgument, who, " (", queries,
-                  ") needs that many prompt queries; the prompt_kv holds ", num_queries(), " of its ", tokens(),
-                  " tokens");
+                  ") needs that many prompt queries; the prompt_kv holds ", num_queries(),
+                  " of its ", tokens(), " tokens");
     if (observed_attention_hook) return observed_attention_hook(layer, queries);
     const layer_sequence<T>& s = this->layer(layer);
     observation_options options;
     options.parallel_for = parallel_for;
-    return observed_attention(s.queries.middle_tokens(num_queries() - queries, queries), s.keys, options);
+    return observed_attention(s.queries.middle_tokens(num_queries() - queries, queries), s.keys,
+                              options);
   }
 
   /// Fan-out for compression and scoring; empty means OpenMP when compiled with it, else serial.
@@ -145,7 +150,8 @@ struct full_policy {
   dense_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t /*budget_entries*/) const {
     const model_shape& shape = prompt.shape();
     dense_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, prompt.tokens());
-    for (index_t l = 0; l < shape.num_layers; ++l) cache.append(l, prompt.layer(l).keys, prompt.layer(l).values);
+    for (index_t l = 0; l < shape.num_layers; ++l)
+      cache.append(l, prompt.layer(l).keys, prompt.layer(l).values);
     return cache;
   }
 };

@@ -32,17 +32,21 @@ class selected_kv_cache {
   selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim)
       : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
     RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument,
-                  "selected_kv_cache: num_layers (", num_layers, "), num_kv_heads (", num_kv_heads, ") and head_dim (",
-                  head_dim, ") must be > 0");
+                  "selected_kv_cache: num_layers (", num_layers, "), num_kv_heads (", num_kv_heads,
+                  ") and head_dim (", head_dim, ") must be > 0");
     layers_.resize(static_cast<std::size_t>(num_layers));
   }
 
   index_t num_layers() const noexcept { return num_layers_; }
   index_t num_kv_heads() const noexcept { return num_kv_heads_; }
   index_t head_dim() const noexcept { return head_dim_; }
-  bool is_compressed(index_t layer) const { return layer_at(layer, "selected_kv_cache::is_compressed").compressed; }
+  bool is_compressed(index_t layer) const {
+    return layer_at(layer, "selected_kv_cache::is_compressed").compressed;
+  }
   /// Tokens the layer has seen: the prompt plus every appended token.
-  index_t num_tokens(index_t layer) const { return layer_at(layer, "selected_kv_cache::num_tokens").tokens; }
+  index_t num_tokens(index_t layer) const {
+    return layer_at(layer, "selected_kv_cache::num_tokens").tokens;
+  }
 
   /// Sequence positions of the head's entries, in entry order (appended tokens continue from N).
   const std::vector<index_t>& positions(index_t layer, index_t kv_head) const {
@@ -56,18 +60,22 @@ class selected_kv_cache {
                       const std::vector<std::vector<index_t>>& keep) {
     constexpr const char* kWhere = "selected_kv_cache::compress_layer";
     layer_storage& target = layer_at(layer, kWhere);
-    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer, ") is already compressed");
+    RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") is already compressed");
     detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
-    RAZORKV_CHECK(static_cast<index_t>(keep.size()) == num_kv_heads_, kShapeMismatch, kWhere, ": keep has ",
-                  keep.size(), " lists, expected num_kv_heads (", num_kv_heads_, ")");
+    RAZORKV_CHECK(static_cast<index_t>(keep.size()) == num_kv_heads_, kShapeMismatch, kWhere,
+                  ": keep has ", keep.size(), " lists, expected num_kv_heads (", num_kv_heads_,
+                  ")");
     const index_t tokens = keys.tokens();
     for (index_t h = 0; h < num_kv_heads_; ++h) {
       const std::vector<index_t>& list = keep[static_cast<std::size_t>(h)];
       for (std::size_t i = 0; i < list.size(); ++i) {
-        RAZORKV_CHECK(list[i] >= 0 && list[i] < tokens, kOutOfRange, kWhere, ": keep[", h, "][", i, "] (", list[i],
-                      ") outside the prompt [0, ", tokens, ")");
-        RAZORKV_CHECK(i == 0 || list[i] > list[i - 1], kInvalidArgument, kWhere, ": keep[", h, "] is not strictly "
-                      "increasing at ", i, " (", list[i - 1], " then ", list[i], ")");
+        RAZORKV_CHECK(list[i] >= 0 && list[i] < tokens, kOutOfRange, kWhere, ": keep[", h, "][", i,
+                      "] (", list[i], ") outside the prompt [0, ", tokens, ")");
+        RAZORKV_CHECK(i == 0 || list[i] > list[i - 1], kInvalidArgument, kWhere, ": keep[", h,
+                      "] is not strictly "
+                      "increasing at ",
+                      i, " (", list[i - 1], " then ", list[i], ")");
       }
     }
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
@@ -106,8 +114,10 @@ class selected_kv_cache {
     std::vector<std::vector<index_t>> positions(l.heads.size());
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       const detail::head_rows<T>& rows = l.heads[h].rows;
-      const index_t needed = detail::checked_add(rows.rows(), added, "selected_kv_cache::append: rows");
-      if (needed > rows.capacity()) grown[h] = rows.grown(std::max(needed, rows.capacity() + rows.capacity() / 2));
+      const index_t needed =
+          detail::checked_add(rows.rows(), added, "selected_kv_cache::append: rows");
+      if (needed > rows.capacity())
+        grown[h] = rows.grown(std::max(needed, rows.capacity() + rows.capacity() / 2));
       positions[h].reserve(l.heads[h].positions.size() + static_cast<std::size_t>(added));
       positions[h] = l.heads[h].positions;
       for (index_t t = 0; t < added; ++t) positions[h].push_back(l.tokens + t);
@@ -116,7 +126,8 @@ class selected_kv_cache {
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       head_state& head = l.heads[h];
       if (grown[h].capacity() > 0) head.rows = std::move(grown[h]);
-      head.rows.write(head.rows.rows(), keys.head(static_cast<index_t>(h)), values.head(static_cast<index_t>(h)));
+      head.rows.write(head.rows.rows(), keys.head(static_cast<index_t>(h)),
+                      values.head(static_cast<index_t>(h)));
       head.rows.set_rows(head.rows.rows() + added);
       head.positions.swap(positions[h]);
     }
@@ -128,18 +139,31 @@ class selected_kv_cache {
   }
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
     const head_state& head = head_at(layer, kv_head, "selected_kv_cache::span");
-    RAZORKV_CHECK(i == 0 && head.rows.rows() > 0, kOutOfRange, "selected_kv_cache::span: span (", i, ") outside [0, ",
-                  head.rows.rows() > 0 ? 1 : 0, ")");
-    return kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()), 0.0f};
+    RAZORKV_CHECK(i == 0 && head.rows.rows() > 0, kOutOfRange, "selected_kv_cache::span: span (", i,
+                  ") outside [0, ", head.rows.rows() > 0 ? 1 : 0, ")");
+    return kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()),
+                      0.0f};
   }
 
-  /// Entries of one head, and the K/V bytes of the head, the layer, the cache.
-  index_t entries(index_t layer, index_t kv_head) const { return head_at(layer, kv_head, "selected_kv_cache::entries").rows.rows(); }
+  // The memory vocabulary every razorkv cache shares.
+  /// Entries the head holds.
+  index_t entries(index_t layer, index_t kv_head) const {
+    return head_at(layer, kv_head, "selected_kv_cache::entries").rows.rows();
+  }
+  /// K/V bytes held.
   index_t kv_bytes() const { return held_kv_bytes(*this); }
+  /// K/V bytes allocated (room for decode tokens included).
+  index_t allocated_bytes() const noexcept {
+    index_t total = 0;
+    for (const layer_storage& l : layers_) {
+      for (const head_state& head : l.heads) total += head.rows.allocated_bytes();
+    }
+    return total;
+  }
 
  private:
   struct head_state {
-    detail::head_rows<T> rows;      // [entries, head_dim], position order
+    detail::head_rows<T> rows;       // [entries, head_dim], position order
     std::vector<index_t> positions;  // [entries]
   };
   struct layer_storage {
@@ -149,8 +173,8 @@ class selected_kv_cache {
   };
 
   const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer, ") outside [0, ",
-                  num_layers_, ")");
+    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
+                  ") outside [0, ", num_layers_, ")");
     return layers_[static_cast<std::size_t>(layer)];
   }
   layer_storage& layer_at(index_t layer, const char* where) {
@@ -158,8 +182,8 @@ class selected_kv_cache {
   }
   const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
     const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (", kv_head,
-                  ") outside [0, ", num_kv_heads_, ")");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (",
+                  kv_head, ") outside [0, ", num_kv_heads_, ")");
     static const head_state empty{};
     return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
   }
@@ -168,6 +192,7 @@ class selected_kv_cache {
   std::vector<layer_storage> layers_;  // [num_layers]
 };
 
-static_assert(is_kv_cache_v<selected_kv_cache<float>>, "selected_kv_cache must satisfy the KV-cache contract");
+static_assert(is_kv_cache_v<selected_kv_cache<float>>,
+              "selected_kv_cache must satisfy the KV-cache contract");
 
 RAZORKV_END_NAMESPACE

@@ -32,16 +32,21 @@ struct snapkv_config {
 
 /// Throws kInvalidArgument naming the bad field, or when the budget or the prompt cannot hold
 /// the observation window.
-inline void check_snapkv(const snapkv_config& config, index_t tokens, index_t budget_entries, const char* where) {
-  RAZORKV_CHECK(config.window >= 1, kInvalidArgument, where, ": window (", config.window, ") must be >= 1");
-  RAZORKV_CHECK(config.kernel >= 1 && config.kernel % 2 == 1, kInvalidArgument, where, ": kernel (", config.kernel,
-                ") must be odd and >= 1");
-  RAZORKV_CHECK(config.pooling == snapkv_pooling::kMax || config.pooling == snapkv_pooling::kAverage,
-                kInvalidArgument, where, ": pooling (", static_cast<int>(config.pooling), ") is not a snapkv_pooling");
+inline void check_snapkv(const snapkv_config& config, index_t tokens, index_t budget_entries,
+                         const char* where) {
+  RAZORKV_CHECK(config.window >= 1, kInvalidArgument, where, ": window (", config.window,
+                ") must be >= 1");
+  RAZORKV_CHECK(config.kernel >= 1 && config.kernel % 2 == 1, kInvalidArgument, where, ": kernel (",
+                config.kernel, ") must be odd and >= 1");
+  RAZORKV_CHECK(
+      config.pooling == snapkv_pooling::kMax || config.pooling == snapkv_pooling::kAverage,
+      kInvalidArgument, where, ": pooling (", static_cast<int>(config.pooling),
+      ") is not a snapkv_pooling");
   RAZORKV_CHECK(config.window <= tokens, kInvalidArgument, where, ": window (", config.window,
                 ") is longer than the prompt (", tokens, " tokens)");
-  RAZORKV_CHECK(budget_entries >= config.window, kInvalidArgument, where, ": the budget (", budget_entries,
-                " entries per head) is smaller than the observation window (", config.window, ")");
+  RAZORKV_CHECK(budget_entries >= config.window, kInvalidArgument, where, ": the budget (",
+                budget_entries, " entries per head) is smaller than the observation window (",
+                config.window, ")");
 }
 
 /// The prompt positions one kv head keeps: the last `window` positions, and the
@@ -50,7 +55,8 @@ inline void check_snapkv(const snapkv_config& config, index_t tokens, index_t bu
 ///
 /// \param votes [N] attention mass from the window's queries (observed_attention of the last
 ///              `window` queries, one kv head), only the prefix of which is read
-inline std::vector<index_t> snapkv_positions(const double* votes, index_t tokens, index_t budget_entries,
+inline std::vector<index_t> snapkv_positions(const double* votes, index_t tokens,
+                                             index_t budget_entries,
                                              const snapkv_config& config = {}) {
   check_snapkv(config, tokens, budget_entries, "snapkv_positions");
   std::vector<index_t> kept;
@@ -63,7 +69,8 @@ inline std::vector<index_t> snapkv_positions(const double* votes, index_t tokens
   std::vector<double> pooled(static_cast<std::size_t>(prefix));
   for (index_t j = 0; j < prefix; ++j) {
     const index_t lo = std::max<index_t>(0, j - half), hi = std::min(prefix - 1, j + half);
-    double value = config.pooling == snapkv_pooling::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+    double value =
+        config.pooling == snapkv_pooling::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
     for (index_t i = lo; i <= hi; ++i) {
       value = config.pooling == snapkv_pooling::kMax ? std::max(value, votes[i]) : value + votes[i];
     }
@@ -88,13 +95,16 @@ inline std::vector<index_t> snapkv_positions(const double* votes, index_t tokens
 /// head) picks each kv head's positions, which `cache` keeps from keys and values
 /// ([N, num_kv_heads, head_dim]). On error the cache is unchanged.
 template <class T, class TQ>
-void snapkv_compress_layer(selected_kv_cache<T>& cache, index_t layer, layer_view<TQ> window_queries,
-                           layer_view<const T> keys, layer_view<const T> values, index_t budget_entries,
-                           const snapkv_config& config = {}, const observation_options& options = {}) {
+void snapkv_compress_layer(selected_kv_cache<T>& cache, index_t layer,
+                           layer_view<TQ> window_queries, layer_view<const T> keys,
+                           layer_view<const T> values, index_t budget_entries,
+                           const snapkv_config& config = {},
+                           const observation_options& options = {}) {
   constexpr const char* kWhere = "snapkv_compress_layer";
   check_snapkv(config, keys.tokens(), budget_entries, kWhere);
-  RAZORKV_CHECK(window_queries.tokens() == config.window, kShapeMismatch, kWhere, ": window_queries.tokens() (",
-                window_queries.tokens(), ") != window (", config.window, ")");
+  RAZORKV_CHECK(window_queries.tokens() == config.window, kShapeMismatch, kWhere,
+                ": window_queries.tokens() (", window_queries.tokens(), ") != window (",
+                config.window, ")");
   const attention_mass votes = observed_attention(window_queries, keys, options);
   std::vector<std::vector<index_t>> keep;
   for (index_t h = 0; h < votes.num_kv_heads; ++h) {

@@ -7,10 +7,10 @@
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/policy.hpp"
-#include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -21,8 +21,9 @@ RAZORKV_BEGIN_NAMESPACE
 inline razor_config streaming_llm_config(index_t budget_entries, index_t sinks = 4) {
   constexpr const char* kWhere = "streaming_llm_config";
   RAZORKV_CHECK(sinks >= 0, kInvalidArgument, kWhere, ": sinks (", sinks, ") must be >= 0");
-  RAZORKV_CHECK(budget_entries >= sinks + 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
-                " entries per head) is smaller than sinks (", sinks, ") + a recent window of at least 1");
+  RAZORKV_CHECK(budget_entries >= sinks + 1, kInvalidArgument, kWhere, ": the budget (",
+                budget_entries, " entries per head) is smaller than sinks (", sinks,
+                ") + a recent window of at least 1");
   razor_config config;
   config.sinks = sinks;
   config.fixed_window = budget_entries - sinks;
@@ -33,7 +34,8 @@ inline razor_config streaming_llm_config(index_t budget_entries, index_t sinks =
 
 /// An empty StreamingLLM cache for `shape` (fill it with compress_layer, as a razor_kv_cache).
 template <class T>
-razor_kv_cache<T> make_streaming_llm_cache(const model_shape& shape, index_t budget_entries, index_t sinks = 4) {
+razor_kv_cache<T> make_streaming_llm_cache(const model_shape& shape, index_t budget_entries,
+                                           index_t sinks = 4) {
   head_plan no_retrieval(shape);
   no_retrieval.selection().method = "streaming_llm";
   return razor_kv_cache<T>(std::move(no_retrieval), streaming_llm_config(budget_entries, sinks));

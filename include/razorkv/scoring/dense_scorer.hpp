@@ -47,8 +47,8 @@ layer_scores score_from_probabilities(const probe& the_probe, const T* probabili
   RAZORKV_CHECK(probabilities != nullptr, kInvalidArgument, kWhere, ": probabilities is null");
   RAZORKV_CHECK(options.row_step > 0, kInvalidArgument, kWhere, ": row_step (", options.row_step,
                 ") must be > 0");
-  RAZORKV_CHECK(options.row_sum_tolerance >= 0.0, kInvalidArgument, kWhere,
-                ": row_sum_tolerance (", options.row_sum_tolerance, ") must be >= 0");
+  RAZORKV_CHECK(options.row_sum_tolerance >= 0.0, kInvalidArgument, kWhere, ": row_sum_tolerance (",
+                options.row_sum_tolerance, ") must be >= 0");
   const index_t square = detail::checked_mul(length, length, "score_from_probabilities: L * L");
   detail::checked_mul(square, num_query_heads, "score_from_probabilities: heads * L * L");
 

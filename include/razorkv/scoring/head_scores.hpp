@@ -23,7 +23,8 @@ class head_scores {
  public:
   head_scores(index_t num_layers, index_t num_query_heads, index_t num_kv_heads)
       : num_layers_(num_layers), num_query_heads_(num_query_heads), num_kv_heads_(num_kv_heads) {
-    RAZORKV_CHECK(num_layers > 0, kInvalidArgument, "head_scores: num_layers (", num_layers, ") must be > 0");
+    RAZORKV_CHECK(num_layers > 0, kInvalidArgument, "head_scores: num_layers (", num_layers,
+                  ") must be > 0");
     RAZORKV_CHECK(num_query_heads > 0, kInvalidArgument, "head_scores: num_query_heads (",
                   num_query_heads, ") must be > 0");
     RAZORKV_CHECK(num_kv_heads > 0 && num_query_heads % num_kv_heads == 0, kShapeMismatch,
@@ -51,8 +52,9 @@ class head_scores {
                     "head_scores::set_layer: layer ", layer, " has ", values->size(), " ", name,
                     " scores, expected num_query_heads (", num_query_heads_, ")");
       for (std::size_t h = 0; h < values->size(); ++h) {
-        RAZORKV_CHECK(std::isfinite((*values)[h]), kInvalidArgument, "head_scores::set_layer: ",
-                      name, " score of layer ", layer, " head ", h, " is ", (*values)[h]);
+        RAZORKV_CHECK(std::isfinite((*values)[h]), kInvalidArgument,
+                      "head_scores::set_layer: ", name, " score of layer ", layer, " head ", h,
+                      " is ", (*values)[h]);
       }
     }
     for (index_t h = 0; h < num_query_heads_; ++h) {
@@ -62,7 +64,9 @@ class head_scores {
     filled_[static_cast<std::size_t>(layer)] = true;
   }
 
-  double echo(index_t layer, index_t head) const { return echo_[checked_cell(layer, head, "head_scores::echo")]; }
+  double echo(index_t layer, index_t head) const {
+    return echo_[checked_cell(layer, head, "head_scores::echo")];
+  }
   double induction(index_t layer, index_t head) const {
     return induction_[checked_cell(layer, head, "head_scores::induction")];
   }

@@ -13,6 +13,7 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
+#include "razorkv/detail/random.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -70,36 +71,20 @@ class probe {
   bool has_bos_ = false;
 };
 
-namespace detail {
-
-/// Uniform integer in [0, n) from a 64-bit generator, by rejection of the low remainder:
-/// the same result on every platform for the same generator state.
-template <class Rng>
-std::uint64_t uniform_below(Rng& rng, std::uint64_t n) noexcept {
-  RAZORKV_DASSERT(n > 0);
-  const std::uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-  std::uint64_t x;
-  do {
-    x = rng();
-  } while (x < threshold);
-  return x % n;
-}
-
-}  // namespace detail
-
 inline probe::probe(const probe_config& config) {
   RAZORKV_CHECK(config.num_random_tokens > 0, kInvalidArgument, "probe: num_random_tokens (",
                 config.num_random_tokens, ") must be > 0");
   RAZORKV_CHECK(config.repeats >= 2, kInvalidArgument, "probe: repeats (", config.repeats,
                 ") must be >= 2 (scores read copies 2..R)");
-  RAZORKV_CHECK(config.max_id > config.min_id, kInvalidArgument, "probe: id range [",
-                config.min_id, ", ", config.max_id, ") is empty");
+  RAZORKV_CHECK(config.max_id > config.min_id, kInvalidArgument, "probe: id range [", config.min_id,
+                ", ", config.max_id, ") is empty");
   // The range size, computed without signed overflow.
-  const std::uint64_t range = static_cast<std::uint64_t>(config.max_id) - static_cast<std::uint64_t>(config.min_id);
-  RAZORKV_CHECK(config.allow_duplicates || range >= static_cast<std::uint64_t>(config.num_random_tokens),
-                kInvalidArgument, "probe: id range [", config.min_id, ", ", config.max_id,
-                ") holds ", range, " ids, fewer than num_random_tokens (", config.num_random_tokens,
-                ") distinct ids");
+  const std::uint64_t range =
+      static_cast<std::uint64_t>(config.max_id) - static_cast<std::uint64_t>(config.min_id);
+  RAZORKV_CHECK(
+      config.allow_duplicates || range >= static_cast<std::uint64_t>(config.num_random_tokens),
+      kInvalidArgument, "probe: id range [", config.min_id, ", ", config.max_id, ") holds ", range,
+      " ids, fewer than num_random_tokens (", config.num_random_tokens, ") distinct ids");
   const index_t length = detail::checked_add(
       detail::checked_mul(config.num_random_tokens, config.repeats, "probe: length"),
       config.bos_id ? 1 : 0, "probe: length");
@@ -113,7 +98,8 @@ inline probe::probe(const probe_config& config) {
   std::unordered_set<std::int64_t> used;
   for (auto& id : block) {
     do {
-      id = static_cast<std::int64_t>(static_cast<std::uint64_t>(config.min_id) + detail::uniform_below(rng, range));
+      id = static_cast<std::int64_t>(static_cast<std::uint64_t>(config.min_id) +
+                                     detail::uniform_below(rng, range));
     } while (!config.allow_duplicates && !used.insert(id).second);
   }
 
@@ -124,17 +110,26 @@ inline probe::probe(const probe_config& config) {
   index_slots();
 }
 
-inline probe::probe(std::vector<std::int64_t> tokens, index_t num_random_tokens, index_t repeats, bool has_bos)
-    : tokens_(std::move(tokens)), num_random_(num_random_tokens), repeats_(repeats), has_bos_(has_bos) {
-  RAZORKV_CHECK(num_random_tokens > 0, kInvalidArgument, "probe: num_random_tokens (", num_random_tokens, ") must be > 0");
-  RAZORKV_CHECK(repeats >= 2, kInvalidArgument, "probe: repeats (", repeats, ") must be >= 2 (scores read copies 2..R)");
-  const index_t expected = detail::checked_add(detail::checked_mul(num_random_tokens, repeats, "probe: length"),
-                                               has_bos ? 1 : 0, "probe: length");
-  RAZORKV_CHECK(static_cast<index_t>(tokens_.size()) == expected, kShapeMismatch, "probe: ", tokens_.size(),
-                " tokens given, expected ", num_random_tokens, " x ", repeats, has_bos ? " + 1 BOS" : "", " = ", expected);
+inline probe::probe(std::vector<std::int64_t> tokens, index_t num_random_tokens, index_t repeats,
+                    bool has_bos)
+    : tokens_(std::move(tokens)),
+      num_random_(num_random_tokens),
+      repeats_(repeats),
+      has_bos_(has_bos) {
+  RAZORKV_CHECK(num_random_tokens > 0, kInvalidArgument, "probe: num_random_tokens (",
+                num_random_tokens, ") must be > 0");
+  RAZORKV_CHECK(repeats >= 2, kInvalidArgument, "probe: repeats (", repeats,
+                ") must be >= 2 (scores read copies 2..R)");
+  const index_t expected =
+      detail::checked_add(detail::checked_mul(num_random_tokens, repeats, "probe: length"),
+                          has_bos ? 1 : 0, "probe: length");
+  RAZORKV_CHECK(static_cast<index_t>(tokens_.size()) == expected, kShapeMismatch,
+                "probe: ", tokens_.size(), " tokens given, expected ", num_random_tokens, " x ",
+                repeats, has_bos ? " + 1 BOS" : "", " = ", expected);
   for (index_t p = num_random_tokens; p < num_random_tokens * repeats; ++p) {
-    RAZORKV_CHECK(id_at(p) == id_at(p % num_random_tokens), kInvalidArgument, "probe: position ", p, " holds id ",
-                  id_at(p), ", but the copy of position ", p % num_random_tokens, " holds ", id_at(p % num_random_tokens));
+    RAZORKV_CHECK(id_at(p) == id_at(p % num_random_tokens), kInvalidArgument, "probe: position ", p,
+                  " holds id ", id_at(p), ", but the copy of position ", p % num_random_tokens,
+                  " holds ", id_at(p % num_random_tokens));
   }
   index_slots();
 }
@@ -144,7 +139,8 @@ inline void probe::index_slots() {
   std::unordered_map<std::int64_t, std::vector<index_t>> slots_of;
   for (index_t s = 0; s < num_random_; ++s) slots_of[id_at(s)].push_back(s);
   same_id_slots_.resize(static_cast<std::size_t>(num_random_));
-  for (index_t s = 0; s < num_random_; ++s) same_id_slots_[static_cast<std::size_t>(s)] = slots_of[id_at(s)];
+  for (index_t s = 0; s < num_random_; ++s)
+    same_id_slots_[static_cast<std::size_t>(s)] = slots_of[id_at(s)];
 }
 
 RAZORKV_END_NAMESPACE

@@ -16,7 +16,7 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/simd.hpp"
+#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"
@@ -41,47 +41,6 @@ namespace detail {
 // (256 KB), big enough for Eigen's GEMM to run near its peak, small enough for L2.
 inline constexpr index_t kScoreTileRows = 128;
 inline constexpr index_t kScoreTileCols = 512;
-
-using score_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// One head's rows of `view` ([tokens, heads, head_dim]) widened to float, optionally only the
-// listed sequence indices, each multiplied by `factor`.
-template <class T>
-void widen_head(const layer_view<const T>& view, index_t head, const std::vector<index_t>* rows,
-                float factor, score_matrix& out) {
-  const matrix_view<const T> h = view.head(head);
-  const index_t count = rows ? static_cast<index_t>(rows->size()) : h.rows();
-  out.resize(count, h.cols());
-  for (index_t r = 0; r < count; ++r) {
-    const T* src = h.row(rows ? (*rows)[static_cast<std::size_t>(r)] : r);
-    float* dst = out.data() + r * h.cols();
-    if constexpr (std::is_same_v<T, float>) {
-      std::copy(src, src + h.cols(), dst);
-    } else if constexpr (std::is_same_v<T, double>) {
-      for (index_t c = 0; c < h.cols(); ++c) dst[c] = static_cast<float>(src[c]);
-    } else {
-      widen_row(src, dst, h.cols());
-    }
-    if (factor != 1.0f) {
-      for (index_t c = 0; c < h.cols(); ++c) dst[c] *= factor;
-    }
-  }
-}
-
-template <class T>
-void check_finite(const layer_view<const T>& view, const char* where, const char* name) {
-  for (index_t t = 0; t < view.tokens(); ++t) {
-    for (index_t h = 0; h < view.heads(); ++h) {
-      const T* row = view.token(t).row(h);
-      for (index_t c = 0; c < view.head_dim(); ++c) {
-        const float x = static_cast<float>(row[c]);
-        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": ", name, " (",
-                      x, ") at token ", t, " head ", h, " dim ", c, " is not finite");
-      }
-    }
-  }
-}
-
 }  // namespace detail
 
 /// The scores of score_from_probabilities, computed from the queries and keys that produce
@@ -113,8 +72,7 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
   RAZORKV_CHECK(num_query_heads % num_kv_heads == 0, kShapeMismatch, kWhere, ": num_query_heads (",
                 num_query_heads, ") is not a multiple of num_kv_heads (", num_kv_heads, ")");
   const index_t dim = q_view.head_dim();
-  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(dim));
-  RAZORKV_CHECK(std::isfinite(scale), kInvalidArgument, kWhere, ": scale (", scale, ") must be finite");
+  const double scale = detail::softmax_scale(options.scale, dim, kWhere);
   RAZORKV_CHECK(options.row_step > 0, kInvalidArgument, kWhere, ": row_step (", options.row_step,
                 ") must be > 0");
   const bool alibi = !options.alibi_slopes.empty();
@@ -145,8 +103,10 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
     detail::score_matrix key_rows, query_rows;
     detail::widen_head(k_view, head / group, nullptr, 1.0f, key_rows);
     detail::widen_head(q_view, head, &scored_rows, static_cast<float>(scale), query_rows);
-    const float slope = alibi ? static_cast<float>(options.alibi_slopes[static_cast<std::size_t>(head)]) : 0.0f;
-    const Eigen::ArrayXf column_offsets = Eigen::ArrayXf::LinSpaced(kScoreTileCols, 0.0f, static_cast<float>(kScoreTileCols - 1));
+    const float slope =
+        alibi ? static_cast<float>(options.alibi_slopes[static_cast<std::size_t>(head)]) : 0.0f;
+    const Eigen::ArrayXf column_offsets =
+        Eigen::ArrayXf::LinSpaced(kScoreTileCols, 0.0f, static_cast<float>(kScoreTileCols - 1));
 
     detail::score_matrix tile(kScoreTileRows, kScoreTileCols);
     // Per scored row of the current block: running max, normaliser, echo and induction mass
@@ -170,25 +130,20 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
           const index_t visible = std::min(columns, i - column0 + 1);  // causal: j <= i
           if (visible <= 0) continue;
           Eigen::Map<Eigen::ArrayXf> logits(tile.data() + r * kScoreTileCols, visible);
-          if (alibi) logits += slope * (column_offsets.head(visible) + static_cast<float>(column0 - i));
+          if (alibi)
+            logits += slope * (column_offsets.head(visible) + static_cast<float>(column0 - i));
           const std::size_t ru = static_cast<std::size_t>(r);
-          const float tile_max = logits.maxCoeff();
-          if (tile_max > row_max[ru]) {
-            const float rescale = std::exp(row_max[ru] - tile_max);
-            normaliser[ru] *= rescale;
-            echo_mass[ru] *= rescale;
-            induction_mass[ru] *= rescale;
-            row_max[ru] = tile_max;
-          }
-          logits = (logits - row_max[ru]).exp();
-          normaliser[ru] += logits.sum();
+          const float rescale = detail::online_softmax_step(logits, row_max[ru], normaliser[ru]);
+          echo_mass[ru] *= rescale;
+          induction_mass[ru] *= rescale;
           // Earlier occurrences j of this row's id, and the token after each, in this tile.
           const index_t position = i - offset;
           for (index_t slot : the_probe.same_id_slots(position % period)) {
             for (index_t j = slot; j < position; j += period) {
               const index_t echo_column = j + offset - column0;
               if (echo_column >= 0 && echo_column < visible) echo_mass[ru] += logits(echo_column);
-              if (echo_column + 1 >= 0 && echo_column + 1 < visible) induction_mass[ru] += logits(echo_column + 1);
+              if (echo_column + 1 >= 0 && echo_column + 1 < visible)
+                induction_mass[ru] += logits(echo_column + 1);
             }
           }
         }
@@ -196,7 +151,8 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
       for (index_t r = 0; r < block; ++r) {
         const std::size_t ru = static_cast<std::size_t>(r);
         echo_total += static_cast<double>(echo_mass[ru]) / static_cast<double>(normaliser[ru]);
-        induction_total += static_cast<double>(induction_mass[ru]) / static_cast<double>(normaliser[ru]);
+        induction_total +=
+            static_cast<double>(induction_mass[ru]) / static_cast<double>(normaliser[ru]);
       }
     }
     result.echo[static_cast<std::size_t>(head)] = echo_total / static_cast<double>(rows);
@@ -207,9 +163,10 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
   for (index_t head = 0; head < num_query_heads; ++head) {
     const double echo = result.echo[static_cast<std::size_t>(head)];
     const double induction = result.induction[static_cast<std::size_t>(head)];
-    RAZORKV_CHECK(std::isfinite(echo) && std::isfinite(induction), kInvalidArgument, kWhere, ": query head ", head,
-                  " scores echo ", echo, ", induction ", induction,
-                  ": its logits overflow float (scale * q.k beyond 3.4e38); scale the queries or keys down");
+    RAZORKV_CHECK(
+        std::isfinite(echo) && std::isfinite(induction), kInvalidArgument, kWhere, ": query head ",
+        head, " scores echo ", echo, ", induction ", induction,
+        ": its logits overflow float (scale * q.k beyond 3.4e38); scale the queries or keys down");
   }
   return result;
 }

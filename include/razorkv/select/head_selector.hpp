@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/scoring/head_scores.hpp"
-#include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -40,7 +40,8 @@ inline group_scores aggregate_groups(const head_scores& scores, gqa_aggregation 
   group_scores out;
   for (index_t l = 0; l < scores.num_layers(); ++l) {
     for (index_t g = 0; g < scores.num_kv_heads(); ++g) {
-      double echo = aggregation == gqa_aggregation::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+      double echo =
+          aggregation == gqa_aggregation::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
       double induction = echo;
       for (index_t q = g * group; q < (g + 1) * group; ++q) {
         if (aggregation == gqa_aggregation::kMax) {
@@ -88,10 +89,12 @@ inline head_plan select_retrieval_heads(const head_scores& scores, index_t head_
                                         const selection_config& config = {}) {
   detail::check_ratio(config.induction_ratio, "induction_ratio");
   detail::check_ratio(config.echo_ratio, "echo_ratio");
-  RAZORKV_CHECK(config.min_groups_per_layer >= 0 && config.min_groups_per_layer <= scores.num_kv_heads(),
-                kInvalidArgument, "select_retrieval_heads: min_groups_per_layer (", config.min_groups_per_layer,
-                ") must be in [0, num_kv_heads = ", scores.num_kv_heads(), "]");
-  head_plan plan(model_shape{scores.num_layers(), scores.num_query_heads(), scores.num_kv_heads(), head_dim});
+  RAZORKV_CHECK(
+      config.min_groups_per_layer >= 0 && config.min_groups_per_layer <= scores.num_kv_heads(),
+      kInvalidArgument, "select_retrieval_heads: min_groups_per_layer (",
+      config.min_groups_per_layer, ") must be in [0, num_kv_heads = ", scores.num_kv_heads(), "]");
+  head_plan plan(
+      model_shape{scores.num_layers(), scores.num_query_heads(), scores.num_kv_heads(), head_dim});
   const group_scores groups = aggregate_groups(scores, config.aggregation);
   const index_t total = scores.num_layers() * scores.num_kv_heads();
   const auto count = [&](double ratio) {
@@ -109,8 +112,10 @@ inline head_plan select_retrieval_heads(const head_scores& scores, index_t head_
       std::vector<index_t> order(static_cast<std::size_t>(kv_heads));
       std::iota(order.begin(), order.end(), index_t{0});
       std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
-        const std::size_t ia = static_cast<std::size_t>(layer * kv_heads + a), ib = static_cast<std::size_t>(layer * kv_heads + b);
-        if (groups.induction[ia] != groups.induction[ib]) return groups.induction[ia] > groups.induction[ib];
+        const std::size_t ia = static_cast<std::size_t>(layer * kv_heads + a),
+                          ib = static_cast<std::size_t>(layer * kv_heads + b);
+        if (groups.induction[ia] != groups.induction[ib])
+          return groups.induction[ia] > groups.induction[ib];
         return groups.echo[ia] > groups.echo[ib];
       });
       index_t held = static_cast<index_t>(plan.retrieval_heads(layer).size());

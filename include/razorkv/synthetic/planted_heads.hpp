@@ -12,6 +12,7 @@
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/random.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/scoring/probe.hpp"
 
@@ -29,12 +30,18 @@ enum class head_kind {
 
 inline const char* head_kind_name(head_kind kind) noexcept {
   switch (kind) {
-    case head_kind::kEcho: return "echo";
-    case head_kind::kInduction: return "induction";
-    case head_kind::kPreviousToken: return "previous-token";
-    case head_kind::kLocal: return "local";
-    case head_kind::kSink: return "sink";
-    case head_kind::kUniform: return "uniform";
+    case head_kind::kEcho:
+      return "echo";
+    case head_kind::kInduction:
+      return "induction";
+    case head_kind::kPreviousToken:
+      return "previous-token";
+    case head_kind::kLocal:
+      return "local";
+    case head_kind::kSink:
+      return "sink";
+    case head_kind::kUniform:
+      return "uniform";
   }
   return "unknown";
 }
@@ -83,32 +90,37 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
                                         const planted_layer_config& config) {
   const index_t heads = static_cast<index_t>(config.query_heads.size());
   const index_t dim = config.head_dim;
-  RAZORKV_CHECK(config.num_kv_heads > 0 && heads > 0 && heads % config.num_kv_heads == 0, kShapeMismatch,
-                "make_planted_layer: query_heads.size() (", heads,
+  RAZORKV_CHECK(config.num_kv_heads > 0 && heads > 0 && heads % config.num_kv_heads == 0,
+                kShapeMismatch, "make_planted_layer: query_heads.size() (", heads,
                 ") must be a positive multiple of num_kv_heads (", config.num_kv_heads, ")");
-  RAZORKV_CHECK(dim >= 16, kInvalidArgument, "make_planted_layer: head_dim (", dim, ") must be >= 16");
+  RAZORKV_CHECK(dim >= 16, kInvalidArgument, "make_planted_layer: head_dim (", dim,
+                ") must be >= 16");
   RAZORKV_CHECK(config.local_window > 0, kInvalidArgument, "make_planted_layer: local_window (",
                 config.local_window, ") must be > 0");
   const index_t block = dim / 4;
-  const index_t token_block = 0, previous_block = block, position_block = 2 * block, smooth_block = 3 * block;
+  const index_t token_block = 0, previous_block = block, position_block = 2 * block,
+                smooth_block = 3 * block;
   const index_t smooth_dims = dim - smooth_block;  // first one is the sink marker
   const index_t frequencies = (smooth_dims - 1) / 2;
 
-  RAZORKV_CHECK(vocabulary > 0, kInvalidArgument, "make_planted_layer: vocabulary (", vocabulary, ") must be > 0");
+  RAZORKV_CHECK(vocabulary > 0, kInvalidArgument, "make_planted_layer: vocabulary (", vocabulary,
+                ") must be > 0");
   const index_t length = static_cast<index_t>(token_slots.size());
   for (index_t t = 0; t < length; ++t) {
     const index_t slot = token_slots[static_cast<std::size_t>(t)];
-    RAZORKV_CHECK(slot >= 0 && slot < vocabulary, kOutOfRange, "make_planted_layer: token_slots[", t, "] (", slot,
-                  ") outside [0, ", vocabulary, ")");
+    RAZORKV_CHECK(slot >= 0 && slot < vocabulary, kOutOfRange, "make_planted_layer: token_slots[",
+                  t, "] (", slot, ") outside [0, ", vocabulary, ")");
   }
   std::mt19937_64 rng(config.seed);
-  std::normal_distribution<double> normal;
+  const auto normal = [](std::mt19937_64& g) { return detail::standard_normal(g); };
   const auto unit_codes = [&](index_t count) {
     std::vector<double> codes(static_cast<std::size_t>(count * block));
     for (index_t c = 0; c < count; ++c) {
       double norm = 0.0;
-      for (index_t d = 0; d < block; ++d) norm += std::pow(codes[static_cast<std::size_t>(c * block + d)] = normal(rng), 2);
-      for (index_t d = 0; d < block; ++d) codes[static_cast<std::size_t>(c * block + d)] /= std::sqrt(norm);
+      for (index_t d = 0; d < block; ++d)
+        norm += std::pow(codes[static_cast<std::size_t>(c * block + d)] = normal(rng), 2);
+      for (index_t d = 0; d < block; ++d)
+        codes[static_cast<std::size_t>(c * block + d)] /= std::sqrt(norm);
     }
     return codes;
   };
@@ -130,7 +142,8 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
   const auto frequency = [&](index_t f) {
     const double span = static_cast<double>(std::max<index_t>(frequencies - 1, 1));
     return pi / static_cast<double>(config.local_window) *
-           std::pow(static_cast<double>(frequencies), -static_cast<double>(frequencies - 1 - f) / span);
+           std::pow(static_cast<double>(frequencies),
+                    -static_cast<double>(frequencies - 1 - f) / span);
   };
 
   for (index_t kv = 0; kv < config.num_kv_heads; ++kv) {
@@ -141,14 +154,21 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
       const index_t slot = slot_of(t);
       const index_t previous = t > 0 ? slot_of(t - 1) : vocabulary - 1;
       for (index_t d = 0; d < block; ++d) {
-        key[token_block + d] = static_cast<float>(token_codes[static_cast<std::size_t>(slot * block + d)]);
-        key[previous_block + d] = static_cast<float>(token_codes[static_cast<std::size_t>(previous * block + d)]);
-        key[position_block + d] = static_cast<float>(position_codes[static_cast<std::size_t>(t * block + d)]);
+        key[token_block + d] =
+            static_cast<float>(token_codes[static_cast<std::size_t>(slot * block + d)]);
+        key[previous_block + d] =
+            static_cast<float>(token_codes[static_cast<std::size_t>(previous * block + d)]);
+        key[position_block + d] =
+            static_cast<float>(position_codes[static_cast<std::size_t>(t * block + d)]);
       }
       key[smooth_block] = t == 0 ? 1.0f : 0.0f;
       for (index_t f = 0; f < frequencies; ++f) {
-        key[smooth_block + 1 + 2 * f] = static_cast<float>(std::cos(frequency(f) * static_cast<double>(t)) / std::sqrt(static_cast<double>(frequencies)));
-        key[smooth_block + 2 + 2 * f] = static_cast<float>(std::sin(frequency(f) * static_cast<double>(t)) / std::sqrt(static_cast<double>(frequencies)));
+        key[smooth_block + 1 + 2 * f] =
+            static_cast<float>(std::cos(frequency(f) * static_cast<double>(t)) /
+                               std::sqrt(static_cast<double>(frequencies)));
+        key[smooth_block + 2 + 2 * f] =
+            static_cast<float>(std::sin(frequency(f) * static_cast<double>(t)) /
+                               std::sqrt(static_cast<double>(frequencies)));
       }
       float* value = layer.values.data() + (t * config.num_kv_heads + kv) * dim;
       for (index_t d = 0; d < dim; ++d) value[d] = static_cast<float>(normal(rng));
@@ -164,19 +184,24 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
           const double s = strength * root_dim;  // logit = s * code . code / sqrt(dim)
           switch (kind) {
             case head_kind::kEcho:  // match keys whose token code equals this token's
-              for (index_t d = 0; d < block; ++d) query[token_block + d] += static_cast<float>(s * own_key[token_block + d]);
+              for (index_t d = 0; d < block; ++d)
+                query[token_block + d] += static_cast<float>(s * own_key[token_block + d]);
               break;
             case head_kind::kInduction:  // match keys whose previous token is this token
-              for (index_t d = 0; d < block; ++d) query[previous_block + d] += static_cast<float>(s * own_key[token_block + d]);
+              for (index_t d = 0; d < block; ++d)
+                query[previous_block + d] += static_cast<float>(s * own_key[token_block + d]);
               break;
             case head_kind::kPreviousToken:
               if (t > 0) {
                 const float* previous_key = own_key - config.num_kv_heads * dim;
-                for (index_t d = 0; d < block; ++d) query[position_block + d] += static_cast<float>(s * previous_key[position_block + d]);
+                for (index_t d = 0; d < block; ++d)
+                  query[position_block + d] +=
+                      static_cast<float>(s * previous_key[position_block + d]);
               }
               break;
             case head_kind::kLocal:
-              for (index_t d = 1; d < smooth_dims; ++d) query[smooth_block + d] += static_cast<float>(s * own_key[smooth_block + d]);
+              for (index_t d = 1; d < smooth_dims; ++d)
+                query[smooth_block + d] += static_cast<float>(s * own_key[smooth_block + d]);
               break;
             case head_kind::kSink:
               query[smooth_block] += static_cast<float>(s);
@@ -186,7 +211,8 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
           }
         }
         if (spec.noise > 0.0) {
-          for (index_t d = 0; d < dim; ++d) query[d] += static_cast<float>(spec.noise * normal(rng));
+          for (index_t d = 0; d < dim; ++d)
+            query[d] += static_cast<float>(spec.noise * normal(rng));
         }
       }
     }
@@ -195,7 +221,8 @@ inline planted_layer make_planted_layer(const std::vector<index_t>& token_slots,
 }
 
 /// The layer over a probe: its P random ids as slots [0, P), the BOS (when present) as slot P.
-inline planted_layer make_planted_layer(const probe& the_probe, const planted_layer_config& config) {
+inline planted_layer make_planted_layer(const probe& the_probe,
+                                        const planted_layer_config& config) {
   const index_t period = the_probe.num_random_tokens();
   const index_t offset = the_probe.has_bos() ? 1 : 0;
   std::vector<index_t> slots(static_cast<std::size_t>(the_probe.length()));

@@ -1,4 +1,4 @@
-// razorkv/select/head_plan.hpp: which kv heads (GQA groups) of a model keep their full cache,
+// razorkv/core/head_plan.hpp: which kv heads (GQA groups) of a model keep their full cache,
 // optional per-head buffer lengths, and how the decision was made. It checks itself against a
 // model shape, so a plan made for another model does not load.
 #pragma once
@@ -15,16 +15,19 @@ RAZORKV_BEGIN_NAMESPACE
 
 /// How the query heads of a GQA group combine into the group's score.
 enum class gqa_aggregation {
-  kSum,   ///< the paper's authors (default)
-  kMax,   ///< Huawei's implementation
+  kSum,  ///< the paper's authors (default)
+  kMax,  ///< Huawei's implementation
   kMean,
 };
 
 inline const char* gqa_aggregation_name(gqa_aggregation a) noexcept {
   switch (a) {
-    case gqa_aggregation::kSum: return "sum";
-    case gqa_aggregation::kMax: return "max";
-    case gqa_aggregation::kMean: return "mean";
+    case gqa_aggregation::kSum:
+      return "sum";
+    case gqa_aggregation::kMax:
+      return "max";
+    case gqa_aggregation::kMean:
+      return "mean";
   }
   return "unknown";
 }
@@ -51,12 +54,15 @@ class head_plan {
 
   /// A plan with no retrieval heads for `shape`; throws on a malformed shape.
   explicit head_plan(const model_shape& shape) : shape_(shape) {
-    RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, "head_plan: num_layers (", shape.num_layers, ") must be > 0");
-    RAZORKV_CHECK(shape.num_kv_heads > 0, kInvalidArgument, "head_plan: num_kv_heads (", shape.num_kv_heads, ") must be > 0");
-    RAZORKV_CHECK(shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0, kShapeMismatch,
-                  "head_plan: num_query_heads (", shape.num_query_heads,
+    RAZORKV_CHECK(shape.num_layers > 0, kInvalidArgument, "head_plan: num_layers (",
+                  shape.num_layers, ") must be > 0");
+    RAZORKV_CHECK(shape.num_kv_heads > 0, kInvalidArgument, "head_plan: num_kv_heads (",
+                  shape.num_kv_heads, ") must be > 0");
+    RAZORKV_CHECK(shape.num_query_heads > 0 && shape.num_query_heads % shape.num_kv_heads == 0,
+                  kShapeMismatch, "head_plan: num_query_heads (", shape.num_query_heads,
                   ") is not a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
-    RAZORKV_CHECK(shape.head_dim > 0, kInvalidArgument, "head_plan: head_dim (", shape.head_dim, ") must be > 0");
+    RAZORKV_CHECK(shape.head_dim > 0, kInvalidArgument, "head_plan: head_dim (", shape.head_dim,
+                  ") must be > 0");
     const auto cells = static_cast<std::size_t>(shape.num_layers * shape.num_kv_heads);
     retrieval_.assign(cells, false);
     buffer_.assign(cells, 0);
@@ -66,7 +72,9 @@ class head_plan {
   provenance& selection() noexcept { return provenance_; }
   const provenance& selection() const noexcept { return provenance_; }
 
-  bool is_retrieval(index_t layer, index_t kv_head) const { return retrieval_[cell(layer, kv_head, "head_plan::is_retrieval")]; }
+  bool is_retrieval(index_t layer, index_t kv_head) const {
+    return retrieval_[cell(layer, kv_head, "head_plan::is_retrieval")];
+  }
   void set_retrieval(index_t layer, index_t kv_head, bool retrieval) {
     retrieval_[cell(layer, kv_head, "head_plan::set_retrieval")] = retrieval;
   }
@@ -78,7 +86,8 @@ class head_plan {
     return tokens > 0 ? std::optional<index_t>(tokens) : std::nullopt;
   }
   void set_buffer_override(index_t layer, index_t kv_head, index_t tokens) {
-    RAZORKV_CHECK(tokens > 0, kInvalidArgument, "head_plan::set_buffer_override: tokens (", tokens, ") must be > 0");
+    RAZORKV_CHECK(tokens > 0, kInvalidArgument, "head_plan::set_buffer_override: tokens (", tokens,
+                  ") must be > 0");
     buffer_[cell(layer, kv_head, "head_plan::set_buffer_override")] = tokens;
   }
 
@@ -100,8 +109,8 @@ class head_plan {
   /// Throws errc::kShapeMismatch naming the first field that differs from `model`.
   void validate_against(const model_shape& model) const {
     const auto check = [](index_t mine, index_t theirs, const char* name) {
-      RAZORKV_CHECK(mine == theirs, kShapeMismatch, "head_plan::validate_against: the plan has ", name, " ",
-                    mine, ", the model has ", theirs);
+      RAZORKV_CHECK(mine == theirs, kShapeMismatch, "head_plan::validate_against: the plan has ",
+                    name, " ", mine, ", the model has ", theirs);
     };
     check(shape_.num_layers, model.num_layers, "num_layers");
     check(shape_.num_query_heads, model.num_query_heads, "num_query_heads");
@@ -113,8 +122,8 @@ class head_plan {
   std::size_t cell(index_t layer, index_t kv_head, const char* where) const {
     RAZORKV_CHECK(layer >= 0 && layer < shape_.num_layers, kOutOfRange, where, ": layer (", layer,
                   ") outside [0, ", shape_.num_layers, ")");
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < shape_.num_kv_heads, kOutOfRange, where, ": kv_head (", kv_head,
-                  ") outside [0, ", shape_.num_kv_heads, ")");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < shape_.num_kv_heads, kOutOfRange, where, ": kv_head (",
+                  kv_head, ") outside [0, ", shape_.num_kv_heads, ")");
     return static_cast<std::size_t>(layer * shape_.num_kv_heads + kv_head);
   }
 

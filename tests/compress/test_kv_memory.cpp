@@ -2,7 +2,7 @@
 // paper's 0.15 + 0.85 / C at long context, plans vs fractions, presets and errors.
 #include <gtest/gtest.h>
 
-#include <razorkv/select/kv_budget.hpp>
+#include <razorkv/compress/kv_memory.hpp>
 
 #include "support/expect_error.hpp"
 
@@ -11,8 +11,8 @@ namespace {
 using razorkv::index_t;
 
 TEST(RazorkvBudget, WindowRuleAndShortPrompts) {
-  const razorkv::razor_budget b;  // N0 = 4, S0 = 4000, C = 5
-  EXPECT_EQ(razorkv::compressed_entries(4004, b), 4004);        // N <= N0 + L_h: nothing dropped
+  const razorkv::razor_budget b;                          // N0 = 4, S0 = 4000, C = 5
+  EXPECT_EQ(razorkv::compressed_entries(4004, b), 4004);  // N <= N0 + L_h: nothing dropped
   EXPECT_EQ(razorkv::compressed_entries(4005, b), 4 + 1 + 4000);
   EXPECT_EQ(razorkv::compressed_entries(100000, b), 4 + 1 + 20000);  // ceil(N / C)
   EXPECT_EQ(razorkv::compressed_entries(100001, b), 4 + 1 + 20001);
@@ -34,26 +34,33 @@ TEST(RazorkvBudget, LongContextRatioApproachesThePapersFigure) {
   // A plan with the same groups gives the same bytes.
   razorkv::head_plan plan(llama);
   for (index_t g = 0; g < 38; ++g) plan.set_retrieval(g / 8, g % 8, true);
-  EXPECT_EQ(razorkv::compressed_kv_bytes(plan, n, {}, 2), razorkv::compressed_kv_bytes(llama, 0.15, n, {}, 2));
+  EXPECT_EQ(razorkv::compressed_kv_bytes(plan, n, {}, 2),
+            razorkv::compressed_kv_bytes(llama, 0.15, n, {}, 2));
 }
 
 TEST(RazorkvBudget, BadInputIsANamedError) {
   razorkv::razor_budget b;
   b.c = 0.5;
-  RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, b), kInvalidArgument, "c (0.5) must be >= 1");
+  RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, b), kInvalidArgument,
+                       "c (0.5) must be >= 1");
   b = {};
   b.sinks = -1;
   RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, b), kInvalidArgument, "sinks (-1)");
-  RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, {}, 0), kInvalidArgument, "buffer_override (0)");
-  RAZORKV_EXPECT_ERROR(razorkv::compressed_kv_bytes(razorkv::model_preset_shape("qwen2-7b"), 1.5, 10, {}, 2),
-                       kInvalidArgument, "retrieval_fraction (1.5)");
-  RAZORKV_EXPECT_ERROR(razorkv::model_preset_shape("gpt-5"), kInvalidArgument, "unknown model \"gpt-5\" (known: llama-2-7b");
-  RAZORKV_EXPECT_ERROR(razorkv::full_kv_bytes(razorkv::model_preset_shape("llama-2-7b"), index_t{1} << 60, 2), kOverflow, "overflows");
+  RAZORKV_EXPECT_ERROR(razorkv::compressed_entries(10, {}, 0), kInvalidArgument,
+                       "buffer_override (0)");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::compressed_kv_bytes(razorkv::model_preset_shape("qwen2-7b"), 1.5, 10, {}, 2),
+      kInvalidArgument, "retrieval_fraction (1.5)");
+  RAZORKV_EXPECT_ERROR(razorkv::model_preset_shape("gpt-5"), kInvalidArgument,
+                       "unknown model \"gpt-5\" (known: llama-2-7b");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::full_kv_bytes(razorkv::model_preset_shape("llama-2-7b"), index_t{1} << 60, 2),
+      kOverflow, "overflows");
 }
 
 }  // namespace
 
-#include <razorkv/select/budget_selector.hpp>
+#include <razorkv/select/memory_selector.hpp>
 
 namespace {
 

@@ -1,4 +1,4 @@
-// razorkv/policies/razor_at_budget.hpp: RazorAttention sized to a memory budget instead of by
+// razorkv/policies/razor.hpp: RazorAttention sized to a memory budget instead of by
 // S0 and C (the window that makes a plan's cache fit), and razor_policy, which uses it.
 #pragma once
 
@@ -9,11 +9,11 @@
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/policy.hpp"
-#include "razorkv/select/head_plan.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -23,8 +23,8 @@ RAZORKV_BEGIN_NAMESPACE
 /// the rest. Throws kInvalidArgument when the budget cannot hold the retrieval groups plus sinks,
 /// compensation token and a window of 1 elsewhere (the message gives the minimum), or when the
 /// plan has retrieval heads only and the budget is below `tokens`.
-inline razor_config razor_config_for_budget(const head_plan& plan, index_t tokens, index_t budget_entries,
-                                            razor_config base = {}) {
+inline razor_config razor_config_for_budget(const head_plan& plan, index_t tokens,
+                                            index_t budget_entries, razor_config base = {}) {
   constexpr const char* kWhere = "razor_config_for_budget";
   check_config(base, kWhere);
   RAZORKV_CHECK(tokens > 0, kInvalidArgument, kWhere, ": tokens (", tokens, ") must be > 0");
@@ -37,14 +37,16 @@ inline razor_config razor_config_for_budget(const head_plan& plan, index_t token
   const index_t full = detail::checked_mul(retrieval, tokens, kWhere);
   const index_t overhead = base.sinks + (base.compensation == compensation_mode::kNone ? 0 : 1);
   if (others == 0) {
-    RAZORKV_CHECK(budget_entries >= tokens, kInvalidArgument, kWhere, ": the budget (", budget_entries,
-                  " entries per head) is below the ", tokens, " tokens every head of an all-retrieval plan holds");
+    RAZORKV_CHECK(budget_entries >= tokens, kInvalidArgument, kWhere, ": the budget (",
+                  budget_entries, " entries per head) is below the ", tokens,
+                  " tokens every head of an all-retrieval plan holds");
     return base;
   }
   const index_t needed = full + others * (overhead + 1);
   RAZORKV_CHECK(total >= needed, kInvalidArgument, kWhere, ": the budget (", budget_entries,
-                " entries per head) cannot hold the plan's ", retrieval, " retrieval groups at ", tokens,
-                " tokens plus sinks (", base.sinks, ")", overhead > base.sinks ? " + 1 compensation token" : "",
+                " entries per head) cannot hold the plan's ", retrieval, " retrieval groups at ",
+                tokens, " tokens plus sinks (", base.sinks, ")",
+                overhead > base.sinks ? " + 1 compensation token" : "",
                 " + a window of 1 in the other ", others, " groups: it needs at least ",
                 (needed + groups - 1) / groups, " entries per head");
   base.fixed_window = (total - full) / others - overhead;
@@ -65,7 +67,8 @@ struct razor_policy {
   template <class T>
   razor_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
     plan.validate_against(prompt.shape());
-    razor_kv_cache<T> cache(plan, razor_config_for_budget(plan, prompt.tokens(), budget_entries, config));
+    razor_kv_cache<T> cache(plan,
+                            razor_config_for_budget(plan, prompt.tokens(), budget_entries, config));
     for (index_t l = 0; l < prompt.shape().num_layers; ++l) {
       cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, prompt.parallel_for);
     }
