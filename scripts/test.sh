@@ -25,10 +25,14 @@ razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COM
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
+# RazorkvBudget (the memory calculator, plain arithmetic) stays out, as it was when it lived in the
+# select suite: GCC's code for an empty std::optional argument tests its unset payload, which
+# memcheck reports as a branch on an uninitialised value.
 for suite in cache attention compress policies io; do
   # The soak, 10-million-fold and fidelity cases take minutes under valgrind; ASan runs them below.
   valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-    "$build/gcc/tests/razorkv_${suite}_tests" --gtest_brief=1 --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*' \
+    "$build/gcc/tests/razorkv_${suite}_tests" --gtest_brief=1 \
+    --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*:RazorkvBudget.*' \
     || razorkv_fail "valgrind memcheck failed on razorkv_${suite}_tests"
 done
 

@@ -2,6 +2,7 @@
 // razor, selected, H2O, an engine's own), so that sequences under different policies batch.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -73,15 +74,22 @@ class any_kv_cache {
     get().append(layer, keys, values);
   }
   /// Forwards to the held cache's observe when it has one (observe_decode's hook). Queries in
-  /// T or float (an engine's usual query dtype) are accepted, so that no query is dropped
-  /// silently for lack of an overload.
-  void observe(index_t layer, layer_view<const T> queries) {
-    get().observe_as_stored(layer, queries);
+  /// T or float (an engine's usual query dtype) are accepted; any other dtype is a compile
+  /// error, so that no query is dropped silently for lack of an overload.
+  template <class TQ>
+  void observe(index_t layer, layer_view<TQ> queries) {
+    using Q = std::remove_const_t<TQ>;
+    static_assert(std::is_same_v<Q, T> || std::is_same_v<Q, float>,
+                  "razorkv::any_kv_cache<T>::observe: queries must be in T or float");
+    if constexpr (std::is_same_v<Q, T>) {
+      get().observe_as_stored(layer, queries);
+    } else {
+      get().observe_as_float(layer, queries);
+    }
   }
-  template <class U = T, class = std::enable_if_t<!std::is_same_v<U, float>>>
-  void observe(index_t layer, layer_view<const float> queries) {
-    get().observe_as_float(layer, queries);
-  }
+
+  /// The held cache's max_new_tokens when it has one (razor_kv_cache), else no limit.
+  index_t max_new_tokens(index_t layer) const { return get().max_new_tokens(layer); }
 
   // The memory vocabulary every razorkv cache shares, forwarded.
   index_t entries(index_t layer, index_t kv_head) const { return get().entries(layer, kv_head); }
@@ -112,6 +120,7 @@ class any_kv_cache {
     virtual void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) = 0;
     virtual void observe_as_stored(index_t layer, layer_view<const T> queries) = 0;
     virtual void observe_as_float(index_t layer, layer_view<const float> queries) = 0;
+    virtual index_t max_new_tokens(index_t layer) const = 0;
     virtual index_t entries(index_t layer, index_t kv_head) const = 0;
     virtual index_t kv_bytes() const = 0;
     virtual index_t allocated_bytes() const = 0;
@@ -147,6 +156,13 @@ class any_kv_cache {
         return cache.entries(layer, kv_head);
       } else {
         return num_entries(cache, layer, kv_head);
+      }
+    }
+    index_t max_new_tokens(index_t layer) const override {
+      if constexpr (detail::has_max_new_tokens<Cache>::value) {
+        return cache.max_new_tokens(layer);
+      } else {
+        return std::numeric_limits<index_t>::max();
       }
     }
     index_t kv_bytes() const override { return held_kv_bytes(cache); }

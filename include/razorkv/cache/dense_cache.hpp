@@ -12,10 +12,24 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
+
+namespace detail {
+
+// One layer of a dense_kv_cache.
+template <class T>
+struct dense_layer {
+  std::vector<T> keys;    // [kv_heads, capacity, head_dim]
+  std::vector<T> values;  // [kv_heads, capacity, head_dim]
+  index_t tokens = 0;
+  index_t capacity = 0;
+};
+
+}  // namespace detail
 
 /// The full KV cache of a model: num_layers x num_kv_heads heads of head_dim, each holding the
 /// same tokens of its layer. Layers grow independently (an engine appends layer by layer).
@@ -23,31 +37,24 @@ RAZORKV_BEGIN_NAMESPACE
 /// Views and spans handed out stay valid until the next append or reserve that grows the
 /// layer they point into, as with std::vector.
 template <class T>
-class dense_kv_cache {
+class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   static_assert(is_storage_dtype_v<T>, "razorkv::dense_kv_cache: unsupported storage dtype");
+  using skeleton = detail::cache_skeleton<detail::dense_layer<T>>;
 
  public:
   using value_type = T;
+  using skeleton::head_dim;
+  using skeleton::num_kv_heads;
+  using skeleton::num_layers;
 
   /// \param reserve_tokens capacity allocated up front in every layer (0: grow on demand).
   dense_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
                  index_t reserve_tokens = 0)
-      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
-    RAZORKV_CHECK(num_layers > 0, kInvalidArgument, "dense_kv_cache: num_layers (", num_layers,
-                  ") must be > 0");
-    RAZORKV_CHECK(num_kv_heads > 0, kInvalidArgument, "dense_kv_cache: num_kv_heads (",
-                  num_kv_heads, ") must be > 0");
-    RAZORKV_CHECK(head_dim > 0, kInvalidArgument, "dense_kv_cache: head_dim (", head_dim,
-                  ") must be > 0");
+      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim) {
     RAZORKV_CHECK(reserve_tokens >= 0, kInvalidArgument, "dense_kv_cache: reserve_tokens (",
                   reserve_tokens, ") must be >= 0");
-    layers_.resize(static_cast<std::size_t>(num_layers));
     if (reserve_tokens > 0) reserve(reserve_tokens);
   }
-
-  index_t num_layers() const noexcept { return num_layers_; }
-  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
-  index_t head_dim() const noexcept { return head_dim_; }
 
   /// Tokens held by `layer` (every kv head of a layer holds the same tokens).
   index_t num_tokens(index_t layer) const {
@@ -61,20 +68,20 @@ class dense_kv_cache {
   // K/V bytes allocated (held plus spare capacity).
   /// Entries the head holds: the layer's tokens.
   index_t entries(index_t layer, index_t kv_head) const {
-    check_head(kv_head, "dense_kv_cache::entries");
+    this->check_kv_head(kv_head, "dense_kv_cache::entries");
     return num_tokens(layer);
   }
   /// Bytes of K and V held for the tokens stored (not counting spare capacity).
   index_t kv_bytes() const noexcept {
     index_t tokens = 0;
     for (const auto& l : layers_) tokens += l.tokens;
-    return 2 * tokens * num_kv_heads_ * head_dim_ * static_cast<index_t>(sizeof(T));
+    return 2 * tokens * num_kv_heads() * head_dim() * static_cast<index_t>(sizeof(T));
   }
   /// Bytes of K and V allocated, spare capacity included.
   index_t allocated_bytes() const noexcept {
     index_t tokens = 0;
     for (const auto& l : layers_) tokens += l.capacity;
-    return 2 * tokens * num_kv_heads_ * head_dim_ * static_cast<index_t>(sizeof(T));
+    return 2 * tokens * num_kv_heads() * head_dim() * static_cast<index_t>(sizeof(T));
   }
 
   /// Grows every layer's capacity to at least `tokens`.
@@ -87,7 +94,7 @@ class dense_kv_cache {
   }
 
   index_t num_spans(index_t layer, index_t kv_head) const {
-    check_head(kv_head, "dense_kv_cache::num_spans");
+    this->check_kv_head(kv_head, "dense_kv_cache::num_spans");
     return layer_at(layer, "dense_kv_cache::num_spans").tokens > 0 ? 1 : 0;
   }
 
@@ -130,30 +137,15 @@ class dense_kv_cache {
   }
 
  private:
-  struct layer_storage {
-    std::vector<T> keys;    // [kv_heads, capacity, head_dim]
-    std::vector<T> values;  // [kv_heads, capacity, head_dim]
-    index_t tokens = 0;
-    index_t capacity = 0;
-  };
+  using layer_storage = detail::dense_layer<T>;
+  using skeleton::layer_at;
+  using skeleton::layers_;
 
-  const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
-                  ") outside [0, ", num_layers_, ")");
-    return layers_[static_cast<std::size_t>(layer)];
-  }
-  layer_storage& layer_at(index_t layer, const char* where) {
-    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
-  }
-  void check_head(index_t kv_head, const char* where) const {
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (",
-                  kv_head, ") outside [0, ", num_kv_heads_, ")");
-  }
   void check_append_shape(const layer_view<const T>& v, const char* name) const {
-    RAZORKV_CHECK(v.heads() == num_kv_heads_, kShapeMismatch, "dense_kv_cache::append: ", name,
-                  ".heads() (", v.heads(), ") != num_kv_heads (", num_kv_heads_, ")");
-    RAZORKV_CHECK(v.head_dim() == head_dim_, kShapeMismatch, "dense_kv_cache::append: ", name,
-                  ".head_dim() (", v.head_dim(), ") != head_dim (", head_dim_, ")");
+    RAZORKV_CHECK(v.heads() == num_kv_heads(), kShapeMismatch, "dense_kv_cache::append: ", name,
+                  ".heads() (", v.heads(), ") != num_kv_heads (", num_kv_heads(), ")");
+    RAZORKV_CHECK(v.head_dim() == head_dim(), kShapeMismatch, "dense_kv_cache::append: ", name,
+                  ".head_dim() (", v.head_dim(), ") != head_dim (", head_dim(), ")");
   }
 
   layer_view<const T> storage_view(index_t layer, std::vector<T> layer_storage::*member,
@@ -161,25 +153,25 @@ class dense_kv_cache {
     const layer_storage& l = layer_at(layer, where);
     const std::vector<T>& buffer = l.*member;
     return layer_view<const T>::hnd(buffer.empty() ? nullptr : buffer.data(), l.tokens,
-                                    num_kv_heads_, head_dim_, l.capacity);
+                                    num_kv_heads(), head_dim(), l.capacity);
   }
 
   // A copy of `l` with capacity `capacity` (>= l.tokens).
   layer_storage grown(const layer_storage& l, index_t capacity) const {
     const index_t elements = detail::checked_mul(
-        detail::checked_mul(capacity, num_kv_heads_, "dense_kv_cache: capacity * kv_heads"),
-        head_dim_, "dense_kv_cache: capacity * kv_heads * head_dim");
+        detail::checked_mul(capacity, num_kv_heads(), "dense_kv_cache: capacity * kv_heads"),
+        head_dim(), "dense_kv_cache: capacity * kv_heads * head_dim");
     layer_storage result;
     result.keys.resize(static_cast<std::size_t>(elements));
     result.values.resize(static_cast<std::size_t>(elements));
     result.tokens = l.tokens;
     result.capacity = capacity;
-    const std::size_t row_bytes = static_cast<std::size_t>(l.tokens * head_dim_) * sizeof(T);
-    for (index_t h = 0; h < num_kv_heads_ && l.tokens > 0; ++h) {
-      std::memcpy(result.keys.data() + h * capacity * head_dim_,
-                  l.keys.data() + h * l.capacity * head_dim_, row_bytes);
-      std::memcpy(result.values.data() + h * capacity * head_dim_,
-                  l.values.data() + h * l.capacity * head_dim_, row_bytes);
+    const std::size_t row_bytes = static_cast<std::size_t>(l.tokens * head_dim()) * sizeof(T);
+    for (index_t h = 0; h < num_kv_heads() && l.tokens > 0; ++h) {
+      std::memcpy(result.keys.data() + h * capacity * head_dim(),
+                  l.keys.data() + h * l.capacity * head_dim(), row_bytes);
+      std::memcpy(result.values.data() + h * capacity * head_dim(),
+                  l.values.data() + h * l.capacity * head_dim(), row_bytes);
     }
     return result;
   }
@@ -187,24 +179,19 @@ class dense_kv_cache {
   // Copies the tokens into l's spare capacity (the caller checked it suffices).
   void copy_in(layer_storage& l, const layer_view<const T>& keys,
                const layer_view<const T>& values) const {
-    const std::size_t row_bytes = static_cast<std::size_t>(head_dim_) * sizeof(T);
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
-      T* key_dst = l.keys.data() + (h * l.capacity + l.tokens) * head_dim_;
-      T* value_dst = l.values.data() + (h * l.capacity + l.tokens) * head_dim_;
+    const std::size_t row_bytes = static_cast<std::size_t>(head_dim()) * sizeof(T);
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      T* key_dst = l.keys.data() + (h * l.capacity + l.tokens) * head_dim();
+      T* value_dst = l.values.data() + (h * l.capacity + l.tokens) * head_dim();
       const matrix_view<const T> key_src = keys.head(h);
       const matrix_view<const T> value_src = values.head(h);
       for (index_t t = 0; t < keys.tokens(); ++t) {
-        std::memmove(key_dst + t * head_dim_, key_src.row(t), row_bytes);
-        std::memmove(value_dst + t * head_dim_, value_src.row(t), row_bytes);
+        std::memmove(key_dst + t * head_dim(), key_src.row(t), row_bytes);
+        std::memmove(value_dst + t * head_dim(), value_src.row(t), row_bytes);
       }
     }
     l.tokens += keys.tokens();
   }
-
-  index_t num_layers_;
-  index_t num_kv_heads_;
-  index_t head_dim_;
-  std::vector<layer_storage> layers_;  // [num_layers]
 };
 
 static_assert(is_kv_cache_v<dense_kv_cache<float>>, "dense_kv_cache must satisfy the contract");

@@ -136,6 +136,20 @@ struct observes_queries<
 
 }  // namespace detail
 
+namespace detail {
+
+// Whether a source limits how many tokens appended together stay its newest entries
+// (razor_kv_cache in bounded mode), which decode_attention_multi must then check.
+template <class S, class = void>
+struct has_max_new_tokens : std::false_type {};
+
+template <class S>
+struct has_max_new_tokens<S,
+                          std::void_t<decltype(std::declval<const S&>().max_new_tokens(index_t{}))>>
+    : std::true_type {};
+
+}  // namespace detail
+
 /// The one hook for policies that learn from decode: a cache with a member
 /// `observe(layer, queries)` (H2O, which accumulates the attention each token receives) is handed
 /// the queries decode just attended with; any other cache ignores them. A decode loop calls this

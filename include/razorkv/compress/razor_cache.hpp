@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -21,6 +22,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
@@ -39,6 +41,24 @@ struct compensation_token {
   const double* value_sum = nullptr;  ///< [head_dim] sum of the dropped values; null for mode none
 };
 
+namespace detail {
+
+// One kv head of a razor_kv_cache.
+template <class T>
+struct razor_head {
+  bool retrieval = false;
+  index_t window = 0;           // L_h; in bounded mode the ring's size (>= 1)
+  detail::head_rows<T> sinks;   // [N0, dim] (non-retrieval heads)
+  detail::head_rows<T> recent;  // retrieval: every token; else the window, a ring in bounded mode
+  index_t ring_start = 0;       // bounded mode: the ring row holding the oldest token
+  index_t dropped = 0;          // D: tokens folded into the compensation token
+  std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
+  // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
+  detail::head_rows<T> mean;
+};
+
+}  // namespace detail
+
 /// The RazorAttention KV cache of one sequence (docs/method.md, section 4), built from a head
 /// plan and a razor_config, then filled one layer at a time by compress_layer (from the engine's
 /// prefill K/V, read in place) and grown by append during decode.
@@ -56,22 +76,25 @@ struct compensation_token {
 /// Spans and views stay valid until the next append or compress_layer on the same layer.
 /// Distinct caches may be used from distinct threads; one cache is not synchronised.
 template <class T>
-class razor_kv_cache {
+class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_head<T>> {
   static_assert(is_storage_dtype_v<T>, "razorkv::razor_kv_cache: unsupported storage dtype");
+  using skeleton = detail::compressed_cache_skeleton<detail::razor_head<T>>;
 
  public:
   using value_type = T;
+  using skeleton::head_dim;
+  using skeleton::num_kv_heads;
+  using skeleton::num_layers;
 
   /// An empty cache (every layer uncompressed) for the plan's model shape.
   razor_kv_cache(head_plan plan, const razor_config& config)
-      : plan_(std::move(plan)), config_(config) {
+      : skeleton("razor_kv_cache", plan.shape().num_layers, plan.shape().num_kv_heads,
+                 plan.shape().head_dim),
+        plan_(std::move(plan)),
+        config_(config) {
     check_config(config_, "razor_kv_cache");
-    layers_.resize(static_cast<std::size_t>(plan_.shape().num_layers));
   }
 
-  index_t num_layers() const noexcept { return plan_.shape().num_layers; }
-  index_t num_kv_heads() const noexcept { return plan_.shape().num_kv_heads; }
-  index_t head_dim() const noexcept { return plan_.shape().head_dim; }
   const head_plan& plan() const noexcept { return plan_; }
   const razor_config& config() const noexcept { return config_; }
 
@@ -89,6 +112,19 @@ class razor_kv_cache {
   /// The head's recent window L_h as fixed at compression (0 for a retrieval head).
   index_t window(index_t layer, index_t kv_head) const {
     return head_at(layer, kv_head, "razor_kv_cache::window").window;
+  }
+  /// How many tokens appended together are still the layer's newest entries, as
+  /// decode_attention_multi needs its new tokens to be: in bounded mode the smallest window of
+  /// the layer's non-retrieval heads (a longer run pushes its first tokens into the compensation
+  /// token), else every one. decode_attention_multi checks its token count against it.
+  index_t max_new_tokens(index_t layer) const {
+    const layer_storage& l = layer_at(layer, "razor_kv_cache::max_new_tokens");
+    index_t limit = std::numeric_limits<index_t>::max();
+    if (config_.decode != decode_mode::kBounded) return limit;
+    for (const head_state& head : l.heads) {
+      if (!head.retrieval) limit = std::min(limit, head.window);
+    }
+    return limit;
   }
 
   /// Compresses the engine's prefill K/V of one layer into this cache. keys and values are
@@ -305,39 +341,11 @@ class razor_kv_cache {
   }
 
  private:
-  struct head_state {
-    bool retrieval = false;
-    index_t window = 0;           // L_h; in bounded mode the ring's size (>= 1)
-    detail::head_rows<T> sinks;   // [N0, dim] (non-retrieval heads)
-    detail::head_rows<T> recent;  // retrieval: every token; else the window, a ring in bounded mode
-    index_t ring_start = 0;       // bounded mode: the ring row holding the oldest token
-    index_t dropped = 0;          // D: tokens folded into the compensation token
-    std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
-    detail::head_rows<T>
-        mean;  // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
-  };
-  struct layer_storage {
-    std::vector<head_state> heads;  // [num_kv_heads]
-    index_t tokens = 0;
-    bool compressed = false;
-  };
-
-  const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers(), kOutOfRange, where, ": layer (", layer,
-                  ") outside [0, ", num_layers(), ")");
-    return layers_[static_cast<std::size_t>(layer)];
-  }
-  layer_storage& layer_at(index_t layer, const char* where) {
-    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
-  }
-  // An uncompressed layer has no head states yet; its heads read as empty.
-  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
-    const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads(), kOutOfRange, where, ": kv_head (",
-                  kv_head, ") outside [0, ", num_kv_heads(), ")");
-    static const head_state empty{};
-    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
-  }
+  using head_state = detail::razor_head<T>;
+  using layer_storage = detail::compressed_layer<head_state>;
+  using skeleton::head_at;
+  using skeleton::layer_at;
+  using skeleton::layers_;
 
   // Calls f(span) for the head's spans in order: sinks, compensation token, recent rows oldest
   // first ([start, capacity) then [0, wrapped) for a wrapped ring); empty parts are skipped.
@@ -524,7 +532,6 @@ class razor_kv_cache {
 
   head_plan plan_;
   razor_config config_;
-  std::vector<layer_storage> layers_;  // [num_layers]
 };
 
 static_assert(is_kv_cache_v<razor_kv_cache<float>>,

@@ -16,6 +16,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/eigen.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
@@ -33,6 +34,22 @@ struct h2o_config {
   index_t recent = 0;
 };
 
+namespace detail {
+
+// One kv head of an h2o_kv_cache.
+template <class T>
+struct h2o_head {
+  detail::head_rows<T> heavy;           // [heavy_slots, dim]; rows() slots are filled
+  std::vector<index_t> heavy_position;  // [heavy_slots], by slot
+  std::vector<double> heavy_score;      // [heavy_slots], by slot
+  detail::head_rows<T> ring;            // [recent, dim]; a ring once full
+  std::vector<index_t> ring_position;   // [recent], by ring slot
+  std::vector<double> ring_score;       // [recent], by ring slot
+  index_t ring_start = 0;               // slot of the oldest window token
+};
+
+}  // namespace detail
+
 /// The H2O cache of one sequence. Each (layer, kv head) holds at most `budget` entries: the
 /// last `recent` tokens, and up to budget - recent heavy hitters, the older tokens with the
 /// largest accumulated attention. Compression ranks the prompt by the attention mass its
@@ -44,22 +61,20 @@ struct h2o_config {
 /// Entries of a head, in span order: heavy hitters (in slot order; all older than the window),
 /// then the window oldest first, so the newest token is last as the contract requires.
 template <class T>
-class h2o_kv_cache {
+class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T>> {
   static_assert(is_storage_dtype_v<T>, "razorkv::h2o_kv_cache: unsupported storage dtype");
+  using skeleton = detail::compressed_cache_skeleton<detail::h2o_head<T>>;
 
  public:
   using value_type = T;
+  using skeleton::head_dim;
+  using skeleton::num_kv_heads;
+  using skeleton::num_layers;
 
   h2o_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim, index_t budget_entries,
                const h2o_config& config = {})
-      : num_layers_(num_layers),
-        num_kv_heads_(num_kv_heads),
-        head_dim_(head_dim),
-        budget_(budget_entries) {
+      : skeleton("h2o_kv_cache", num_layers, num_kv_heads, head_dim), budget_(budget_entries) {
     constexpr const char* kWhere = "h2o_kv_cache";
-    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument, kWhere,
-                  ": num_layers (", num_layers, "), num_kv_heads (", num_kv_heads,
-                  ") and head_dim (", head_dim, ") must be > 0");
     RAZORKV_CHECK(budget_entries >= 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
                   " entries per head) must be >= 1");
     RAZORKV_CHECK(config.recent >= 0, kInvalidArgument, kWhere, ": recent (", config.recent,
@@ -67,12 +82,8 @@ class h2o_kv_cache {
     RAZORKV_CHECK(config.recent <= budget_entries, kInvalidArgument, kWhere, ": recent (",
                   config.recent, ") exceeds the budget (", budget_entries, " entries per head)");
     recent_ = config.recent > 0 ? config.recent : std::max<index_t>(1, budget_entries / 2);
-    layers_.resize(static_cast<std::size_t>(num_layers));
   }
 
-  index_t num_layers() const noexcept { return num_layers_; }
-  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
-  index_t head_dim() const noexcept { return head_dim_; }
   /// Entries per head at most, of which recent_window() recent and heavy_slots() heavy hitters.
   index_t budget() const noexcept { return budget_; }
   index_t recent_window() const noexcept { return recent_; }
@@ -94,27 +105,27 @@ class h2o_kv_cache {
     layer_storage& target = layer_at(layer, kWhere);
     RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") is already compressed");
-    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t tokens = keys.tokens();
-    RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads_ && prompt_mass.tokens == tokens,
+    RAZORKV_CHECK(prompt_mass.num_kv_heads == num_kv_heads() && prompt_mass.tokens == tokens,
                   kShapeMismatch, kWhere, ": prompt_mass is [", prompt_mass.num_kv_heads,
-                  " kv heads, ", prompt_mass.tokens, " tokens], the prompt [", num_kv_heads_, ", ",
+                  " kv heads, ", prompt_mass.tokens, " tokens], the prompt [", num_kv_heads(), ", ",
                   tokens, "]");
     for (std::size_t i = 0; i < prompt_mass.values.size(); ++i) {
       RAZORKV_CHECK(std::isfinite(prompt_mass.values[i]), kInvalidArgument, kWhere,
                     ": prompt_mass value ", i, " (", prompt_mass.values[i], ") is not finite");
     }
-    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
+    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     for (head_state& head : heads) {
-      head.heavy = detail::head_rows<T>(heavy_slots(), head_dim_);
-      head.ring = detail::head_rows<T>(recent_, head_dim_);
+      head.heavy = detail::head_rows<T>(heavy_slots(), head_dim());
+      head.ring = detail::head_rows<T>(recent_, head_dim());
       head.heavy_position.assign(static_cast<std::size_t>(heavy_slots()), 0);
       head.heavy_score.assign(static_cast<std::size_t>(heavy_slots()), 0.0);
       head.ring_position.assign(static_cast<std::size_t>(recent_), 0);
       head.ring_score.assign(static_cast<std::size_t>(recent_), 0.0);
     }
     const index_t in_window = std::min(tokens, recent_), candidates = tokens - in_window;
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       const double* mass = prompt_mass.head(h);
       const matrix_view<const T> k = keys.head(h), v = values.head(h);
@@ -154,9 +165,9 @@ class h2o_kv_cache {
     layer_storage& l = layer_at(layer, kWhere);
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet (call compress_layer with its prompt first)");
-    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     detail::checked_add(l.tokens, keys.tokens(), "h2o_kv_cache::append: tokens");
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = l.heads[static_cast<std::size_t>(h)];
       const matrix_view<const T> k = keys.head(h), v = values.head(h);
       for (index_t t = 0; t < keys.tokens(); ++t)
@@ -179,30 +190,30 @@ class h2o_kv_cache {
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet");
     const layer_view<const Q> q_view = queries;
-    RAZORKV_CHECK(q_view.head_dim() == head_dim_, kShapeMismatch, kWhere, ": queries.head_dim() (",
-                  q_view.head_dim(), ") != head_dim (", head_dim_, ")");
-    RAZORKV_CHECK(q_view.heads() > 0 && q_view.heads() % num_kv_heads_ == 0, kShapeMismatch, kWhere,
-                  ": num_query_heads (", q_view.heads(),
-                  ") is not a positive multiple of num_kv_heads (", num_kv_heads_, ")");
+    RAZORKV_CHECK(q_view.head_dim() == head_dim(), kShapeMismatch, kWhere, ": queries.head_dim() (",
+                  q_view.head_dim(), ") != head_dim (", head_dim(), ")");
+    RAZORKV_CHECK(q_view.heads() > 0 && q_view.heads() % num_kv_heads() == 0, kShapeMismatch,
+                  kWhere, ": num_query_heads (", q_view.heads(),
+                  ") is not a positive multiple of num_kv_heads (", num_kv_heads(), ")");
     RAZORKV_CHECK(q_view.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (",
                   q_view.tokens(), ") exceeds the recent window (", recent_, ")");
-    const double scale = detail::softmax_scale(scale_option, head_dim_, kWhere);
+    const double scale = detail::softmax_scale(scale_option, head_dim(), kWhere);
     detail::check_finite(q_view, kWhere, "query");
-    const index_t tokens = q_view.tokens(), group = q_view.heads() / num_kv_heads_;
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    const index_t tokens = q_view.tokens(), group = q_view.heads() / num_kv_heads();
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       const index_t in_window = l.heads[static_cast<std::size_t>(h)].ring.rows();
       RAZORKV_CHECK(tokens <= in_window, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
                     ") exceeds the tokens in kv head ", h, "'s window (", in_window, ")");
     }
     // Per kv head: logits of every (query head of the group, token) against every entry in one
     // product per span, then a causal softmax per row, added to the entries' scores in double.
-    detail::run_parallel(parallel_for, num_kv_heads_, [&](index_t h) {
-      row_matrix<float> scaled_queries(group * tokens, head_dim_), logits;
+    detail::run_parallel(parallel_for, num_kv_heads(), [&](index_t h) {
+      row_matrix<float> scaled_queries(group * tokens, head_dim()), logits;
       head_state& head = l.heads[static_cast<std::size_t>(h)];
       for (index_t g = 0; g < group; ++g) {
         for (index_t t = 0; t < tokens; ++t) {
           const Q* query = q_view.token(t).row(h * group + g);
-          for (index_t c = 0; c < head_dim_; ++c) {
+          for (index_t c = 0; c < head_dim(); ++c) {
             scaled_queries(g * tokens + t, c) =
                 static_cast<float>(scale * detail::to_double(query[c]));
           }
@@ -279,20 +290,11 @@ class h2o_kv_cache {
   }
 
  private:
-  struct head_state {
-    detail::head_rows<T> heavy;           // [heavy_slots, dim]; rows() slots are filled
-    std::vector<index_t> heavy_position;  // [heavy_slots], by slot
-    std::vector<double> heavy_score;      // [heavy_slots], by slot
-    detail::head_rows<T> ring;            // [recent, dim]; a ring once full
-    std::vector<index_t> ring_position;   // [recent], by ring slot
-    std::vector<double> ring_score;       // [recent], by ring slot
-    index_t ring_start = 0;               // slot of the oldest window token
-  };
-  struct layer_storage {
-    std::vector<head_state> heads;
-    index_t tokens = 0;
-    bool compressed = false;
-  };
+  using head_state = detail::h2o_head<T>;
+  using layer_storage = detail::compressed_layer<head_state>;
+  using skeleton::head_at;
+  using skeleton::layer_at;
+  using skeleton::layers_;
 
   // Slot of window entry i (0 = oldest).
   index_t ring_slot(const head_state& head, index_t i) const noexcept {
@@ -365,24 +367,7 @@ class h2o_kv_cache {
     head.ring_start = (head.ring_start + 1) % recent_;
   }
 
-  const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
-                  ") outside [0, ", num_layers_, ")");
-    return layers_[static_cast<std::size_t>(layer)];
-  }
-  layer_storage& layer_at(index_t layer, const char* where) {
-    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
-  }
-  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
-    const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (",
-                  kv_head, ") outside [0, ", num_kv_heads_, ")");
-    static const head_state empty{};
-    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
-  }
-
-  index_t num_layers_, num_kv_heads_, head_dim_, budget_, recent_ = 1;
-  std::vector<layer_storage> layers_;  // [num_layers]
+  index_t budget_, recent_ = 1;
 };
 
 static_assert(is_kv_cache_v<h2o_kv_cache<float>>,

@@ -10,11 +10,23 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
+
+namespace detail {
+
+// One kv head of a selected_kv_cache.
+template <class T>
+struct selected_head {
+  detail::head_rows<T> rows;       // [entries, head_dim], position order
+  std::vector<index_t> positions;  // [entries]
+};
+
+}  // namespace detail
 
 /// Per (layer, kv head): the K/V of the prompt positions a policy chose for that head, in
 /// position order, followed by every token appended after compression (one span per head). The
@@ -23,23 +35,19 @@ RAZORKV_BEGIN_NAMESPACE
 ///
 /// Spans stay valid until the next append or compress_layer on the same layer.
 template <class T>
-class selected_kv_cache {
+class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selected_head<T>> {
   static_assert(is_storage_dtype_v<T>, "razorkv::selected_kv_cache: unsupported storage dtype");
+  using skeleton = detail::compressed_cache_skeleton<detail::selected_head<T>>;
 
  public:
   using value_type = T;
+  using skeleton::head_dim;
+  using skeleton::num_kv_heads;
+  using skeleton::num_layers;
 
   selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim)
-      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
-    RAZORKV_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0, kInvalidArgument,
-                  "selected_kv_cache: num_layers (", num_layers, "), num_kv_heads (", num_kv_heads,
-                  ") and head_dim (", head_dim, ") must be > 0");
-    layers_.resize(static_cast<std::size_t>(num_layers));
-  }
+      : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim) {}
 
-  index_t num_layers() const noexcept { return num_layers_; }
-  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
-  index_t head_dim() const noexcept { return head_dim_; }
   bool is_compressed(index_t layer) const {
     return layer_at(layer, "selected_kv_cache::is_compressed").compressed;
   }
@@ -62,12 +70,12 @@ class selected_kv_cache {
     layer_storage& target = layer_at(layer, kWhere);
     RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") is already compressed");
-    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
-    RAZORKV_CHECK(static_cast<index_t>(keep.size()) == num_kv_heads_, kShapeMismatch, kWhere,
-                  ": keep has ", keep.size(), " lists, expected num_kv_heads (", num_kv_heads_,
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
+    RAZORKV_CHECK(static_cast<index_t>(keep.size()) == num_kv_heads(), kShapeMismatch, kWhere,
+                  ": keep has ", keep.size(), " lists, expected num_kv_heads (", num_kv_heads(),
                   ")");
     const index_t tokens = keys.tokens();
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       const std::vector<index_t>& list = keep[static_cast<std::size_t>(h)];
       for (std::size_t i = 0; i < list.size(); ++i) {
         RAZORKV_CHECK(list[i] >= 0 && list[i] < tokens, kOutOfRange, kWhere, ": keep[", h, "][", i,
@@ -78,13 +86,13 @@ class selected_kv_cache {
                       i, " (", list[i - 1], " then ", list[i], ")");
       }
     }
-    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads_));
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       head.positions = keep[static_cast<std::size_t>(h)];
-      head.rows = detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim_);
+      head.rows = detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim());
     }
-    for (index_t h = 0; h < num_kv_heads_; ++h) {
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       const matrix_view<const T> k = keys.head(h), v = values.head(h);
       for (index_t i = 0; i < static_cast<index_t>(head.positions.size()); ++i) {
@@ -106,7 +114,7 @@ class selected_kv_cache {
     layer_storage& l = layer_at(layer, kWhere);
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet (call compress_layer with its prompt first)");
-    detail::check_token_views(keys, values, num_kv_heads_, head_dim_, kWhere);
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t added = keys.tokens();
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
@@ -162,34 +170,11 @@ class selected_kv_cache {
   }
 
  private:
-  struct head_state {
-    detail::head_rows<T> rows;       // [entries, head_dim], position order
-    std::vector<index_t> positions;  // [entries]
-  };
-  struct layer_storage {
-    std::vector<head_state> heads;  // [num_kv_heads] once compressed
-    index_t tokens = 0;
-    bool compressed = false;
-  };
-
-  const layer_storage& layer_at(index_t layer, const char* where) const {
-    RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
-                  ") outside [0, ", num_layers_, ")");
-    return layers_[static_cast<std::size_t>(layer)];
-  }
-  layer_storage& layer_at(index_t layer, const char* where) {
-    return const_cast<layer_storage&>(std::as_const(*this).layer_at(layer, where));
-  }
-  const head_state& head_at(index_t layer, index_t kv_head, const char* where) const {
-    const layer_storage& l = layer_at(layer, where);
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange, where, ": kv_head (",
-                  kv_head, ") outside [0, ", num_kv_heads_, ")");
-    static const head_state empty{};
-    return l.compressed ? l.heads[static_cast<std::size_t>(kv_head)] : empty;
-  }
-
-  index_t num_layers_, num_kv_heads_, head_dim_;
-  std::vector<layer_storage> layers_;  // [num_layers]
+  using head_state = detail::selected_head<T>;
+  using layer_storage = detail::compressed_layer<head_state>;
+  using skeleton::head_at;
+  using skeleton::layer_at;
+  using skeleton::layers_;
 };
 
 static_assert(is_kv_cache_v<selected_kv_cache<float>>,
