@@ -128,8 +128,8 @@ void BM_PolicyCompress(benchmark::State& state, const std::string& policy) {
   state.counters["threads"] = threads();
 }
 
-// H2O's whole decode step: append the token, attend, and add its attention to every entry's
-// score (observe, a plain double loop, not a tuned kernel).
+// H2O's whole decode step: append the token, attend with the attention weights handed back, and
+// add them to every entry's score (observe).
 template <class T>
 void BM_H2oDecodeStepWithObserve(benchmark::State& state) {
   razorkv::h2o_kv_cache<T> cache = *build<T>("h2o").template target<razorkv::h2o_kv_cache<T>>();
@@ -139,10 +139,11 @@ void BM_H2oDecodeStepWithObserve(benchmark::State& state) {
   const auto q = razorkv::layer_view<const float>::nhd(queries.data(), 1, kQueryHeads, kHeadDim);
   const auto kv = razorkv::layer_view<const T>::nhd(token.data(), 1, kKvHeads, kHeadDim);
   const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
+  razorkv::attention_weights weights;
   for (auto _ : state) {
     cache.append(0, kv, kv);
-    razorkv::decode_attention(cache, 0, q.token(0), o);
-    cache.observe(0, q);
+    razorkv::decode_attention(cache, 0, q.token(0), o, weights);
+    razorkv::observe_decode(cache, 0, weights);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * cache.kv_bytes());

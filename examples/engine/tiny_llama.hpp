@@ -92,7 +92,8 @@ class model {
 
   /// One decode step of the token at `position` over any razorkv cache holding positions
   /// [0, position) of every layer: appends the token's K/V to each layer, attends with
-  /// razorkv::decode_attention, lets the policy observe the queries, and returns the logits.
+  /// razorkv::decode_attention, hands a cache that learns from decode its attention weights, and
+  /// returns the logits.
   template <class Cache>
   Eigen::VectorXf decode(Cache& cache, int token, index_t position) const;
 
@@ -335,6 +336,12 @@ row_matrix model::decode_batch(const std::vector<Cache*>& caches, const std::vec
     x.row(b) = embed_.row(id);
   }
   row_matrix out(batch, cfg_.num_q_heads * hd);
+  // Caches that learn from decode (H2O) get each layer's attention weights from the decode call.
+  std::vector<razorkv::attention_weights> weights(static_cast<std::size_t>(batch));
+  std::vector<razorkv::attention_weights*> observed(static_cast<std::size_t>(batch), nullptr);
+  for (std::size_t b = 0; b < caches.size(); ++b) {
+    if (razorkv::observes_attention(*caches[b])) observed[b] = &weights[b];
+  }
   for (index_t l = 0; l < cfg_.num_layers; ++l) {
     const layer_weights& w = layers_[static_cast<std::size_t>(l)];
     row_matrix q, k, v;
@@ -348,9 +355,9 @@ row_matrix model::decode_batch(const std::vector<Cache*>& caches, const std::vec
     const auto queries = kv_view::nhd(q.data(), batch, cfg_.num_q_heads, hd);
     razorkv::decode_attention_batch(
         caches.data(), batch, l, queries,
-        razorkv::layer_view<float>::nhd(out.data(), batch, cfg_.num_q_heads, hd));
-    for (index_t b = 0; b < batch; ++b) {
-      razorkv::observe_decode(*caches[static_cast<std::size_t>(b)], l, queries.middle_tokens(b, 1));
+        razorkv::layer_view<float>::nhd(out.data(), batch, cfg_.num_q_heads, hd), observed.data());
+    for (std::size_t b = 0; b < caches.size(); ++b) {
+      if (observed[b] != nullptr) razorkv::observe_decode(*caches[b], l, *observed[b]);
     }
     x += out * w.wo.transpose();
     x += feed_forward(w, rms_norm(x, w.ffn_norm));

@@ -12,6 +12,7 @@
 #include "razorkv/core/tensor_view.hpp"
 
 #include "razorkv/cache/any_cache.hpp"
+#include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/dense_cache.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/cache/paged_view.hpp"

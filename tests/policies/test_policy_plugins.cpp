@@ -161,10 +161,21 @@ TEST(PolicyPlugins, AnErasedH2OCacheStillObservesDecode) {
                                                            260, 4, 32);
       typed.append(l, k.middle_tokens(t, 1), v.middle_tokens(t, 1));
       erased.append(l, k.middle_tokens(t, 1), v.middle_tokens(t, 1));
-      razorkv::observe_decode(typed, l, q.middle_tokens(t, 1));
-      razorkv::observe_decode(erased, l, q.middle_tokens(t, 1));
+      std::vector<float> out(4 * 32);
+      const auto out_view = razorkv::layer_view<float>::nhd(out.data(), 1, 4, 32);
+      razorkv::attention_weights typed_weights, erased_weights;
+      razorkv::decode_attention_multi(typed, l, q.middle_tokens(t, 1), out_view, typed_weights);
+      razorkv::decode_attention_multi(erased, l, q.middle_tokens(t, 1), out_view, erased_weights);
+      razorkv::observe_decode(typed, l, typed_weights);
+      razorkv::observe_decode(erased, l, erased_weights);
     }
   }
+  // Only the H2O cache asks decode for weights, typed or erased.
+  EXPECT_TRUE(razorkv::observes_attention(typed));
+  EXPECT_TRUE(razorkv::observes_attention(erased));
+  EXPECT_FALSE(razorkv::observes_attention(
+      razorkv::any_kv_cache<float>(razorkv::streaming_llm_policy{}.compress(prompt, 40))));
+  EXPECT_FALSE(razorkv::observes_attention(razorkv::streaming_llm_policy{}.compress(prompt, 40)));
   const razorkv::h2o_kv_cache<float>& held = *erased.target<razorkv::h2o_kv_cache<float>>();
   for (index_t l = 0; l < 2; ++l) {
     for (index_t h = 0; h < 2; ++h) {

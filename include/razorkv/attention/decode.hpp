@@ -2,9 +2,11 @@
 // new queries per query head, GQA, online softmax across spans and their log-weights.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
+#include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
@@ -40,6 +42,18 @@ inline index_t entries_per_task(const attention_options& options, const char* wh
   return options.max_entries_per_task > 0 ? options.max_entries_per_task : kDefaultEntriesPerTask;
 }
 
+template <class Source, class TQ, class TO>
+void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, layer_view<TO> out,
+                attention_weights* weights, const attention_options& options) {
+  check_decode_types<Source, TQ, TO>();
+  using T = typename Source::value_type;
+  std::vector<decode_work<T, TO>> works;
+  works.push_back(prepare_decode(source, layer, queries, out, weights, options.scale,
+                                 options.check_finite, "decode_attention"));
+  run_decode(works, source.head_dim(), options.parallel_for,
+             entries_per_task(options, "decode_attention"));
+}
+
 }  // namespace detail
 
 /// Decode attention with a few new queries per query head, causal among themselves: the
@@ -54,16 +68,18 @@ inline index_t entries_per_task(const attention_options& options, const char* wh
 /// \param queries [tokens, num_query_heads, head_dim], any strides (TQ: any storage dtype)
 /// \param out     [tokens, num_query_heads, head_dim], any strides (TO: any storage dtype).
 ///                It may alias queries: every query is read before the first write.
+/// \param weights when given, also receives the step's attention probabilities (see
+///                attention_weights), for observe_decode; it costs no second read of the keys.
+template <class Source, class TQ, class TO>
+void decode_attention_multi(const Source& source, index_t layer, layer_view<TQ> queries,
+                            layer_view<TO> out, attention_weights& weights,
+                            const attention_options& options = {}) {
+  detail::decode_one(source, layer, queries, out, &weights, options);
+}
 template <class Source, class TQ, class TO>
 void decode_attention_multi(const Source& source, index_t layer, layer_view<TQ> queries,
                             layer_view<TO> out, const attention_options& options = {}) {
-  detail::check_decode_types<Source, TQ, TO>();
-  using T = typename Source::value_type;
-  std::vector<detail::decode_work<T, TO>> works;
-  works.push_back(detail::prepare_decode(source, layer, queries, out, options.scale,
-                                         options.check_finite, "decode_attention"));
-  detail::run_decode(works, source.head_dim(), options.parallel_for,
-                     detail::entries_per_task(options, "decode_attention"));
+  detail::decode_one(source, layer, queries, out, nullptr, options);
 }
 
 /// Decode attention for a batch of independent sequences, one source (cache) each, in one parallel
@@ -74,9 +90,13 @@ void decode_attention_multi(const Source& source, index_t layer, layer_view<TQ> 
 /// \param caches  [batch] pointers to the sequences' caches, none null
 /// \param queries [batch, num_query_heads, head_dim], any strides
 /// \param out     [batch, num_query_heads, head_dim], any strides; may alias queries
+/// \param weights null, or [batch] pointers: sequence b's attention probabilities go to
+///                *weights[b] where it is non-null (distinct objects), as in
+///                decode_attention_multi
 template <class Source, class TQ, class TO>
 void decode_attention_batch(const Source* const* caches, index_t batch, index_t layer,
                             layer_view<TQ> queries, layer_view<TO> out,
+                            attention_weights* const* weights,
                             const attention_options& options = {}) {
   detail::check_decode_types<Source, TQ, TO>();
   using T = typename Source::value_type;
@@ -101,11 +121,28 @@ void decode_attention_batch(const Source* const* caches, index_t batch, index_t 
       return V(view.data() + b * view.token_stride(), 1, view.heads(), view.head_dim(),
                view.token_stride(), view.head_stride());
     };
+    attention_weights* sequence_weights = weights == nullptr ? nullptr : weights[b];
+    if (sequence_weights != nullptr) {
+      for (index_t other = 0; other < b; ++other) {
+        RAZORKV_CHECK(weights[other] != sequence_weights, kInvalidArgument, kWhere, ": weights[", b,
+                      "] is weights[", other, "]; each sequence needs its own");
+      }
+    }
     works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out),
-                                           options.scale, options.check_finite, kWhere));
+                                           sequence_weights, options.scale, options.check_finite,
+                                           kWhere));
   }
   detail::run_decode(works, caches[0]->head_dim(), options.parallel_for,
                      detail::entries_per_task(options, kWhere));
+}
+
+/// decode_attention_batch without attention weights.
+template <class Source, class TQ, class TO>
+void decode_attention_batch(const Source* const* caches, index_t batch, index_t layer,
+                            layer_view<TQ> queries, layer_view<TO> out,
+                            const attention_options& options = {}) {
+  decode_attention_batch(caches, batch, layer, queries, out,
+                         static_cast<attention_weights* const*>(nullptr), options);
 }
 
 /// decode_attention_batch over a vector of sources.
@@ -120,23 +157,45 @@ void decode_attention_batch(const std::vector<Source>& caches, index_t layer,
                          out, options);
 }
 
-/// Decode attention for one new query per query head (see decode_attention_multi).
-///
-/// \param queries [num_query_heads, head_dim], any row stride
-/// \param out     [num_query_heads, head_dim], any row stride; may alias queries
-template <class Source, class TQ, class TO>
-void decode_attention(const Source& source, index_t layer, matrix_view<TQ> queries,
-                      matrix_view<TO> out, const attention_options& options = {}) {
+namespace detail {
+
+// One new token's [num_query_heads, head_dim] rows as a [1, heads, head_dim] layer view.
+template <class T>
+layer_view<T> as_one_token(const matrix_view<T>& rows) {
+  return layer_view<T>(rows.data(), 1, rows.rows(), rows.cols(), rows.cols(), rows.row_stride());
+}
+
+template <class TQ, class TO>
+void check_one_token(const matrix_view<TQ>& queries, const matrix_view<TO>& out) {
   RAZORKV_CHECK(queries.rows() > 0, kInvalidArgument, "decode_attention: num_query_heads (",
                 queries.rows(), ") must be > 0");
   RAZORKV_CHECK(out.rows() == queries.rows() && out.cols() == queries.cols(), kShapeMismatch,
                 "decode_attention: out is [", out.rows(), ", ", out.cols(), "], queries are [",
                 queries.rows(), ", ", queries.cols(), "]");
-  decode_attention_multi(
-      source, layer,
-      layer_view<TQ>(queries.data(), 1, queries.rows(), queries.cols(), queries.cols(),
-                     queries.row_stride()),
-      layer_view<TO>(out.data(), 1, out.rows(), out.cols(), out.cols(), out.row_stride()), options);
+}
+
+}  // namespace detail
+
+/// Decode attention for one new query per query head (see decode_attention_multi).
+///
+/// \param queries [num_query_heads, head_dim], any row stride
+/// \param out     [num_query_heads, head_dim], any row stride; may alias queries
+/// \param weights when given, also receives the step's attention probabilities (see
+///                decode_attention_multi)
+template <class Source, class TQ, class TO>
+void decode_attention(const Source& source, index_t layer, matrix_view<TQ> queries,
+                      matrix_view<TO> out, attention_weights& weights,
+                      const attention_options& options = {}) {
+  detail::check_one_token(queries, out);
+  detail::decode_one(source, layer, detail::as_one_token(queries), detail::as_one_token(out),
+                     &weights, options);
+}
+template <class Source, class TQ, class TO>
+void decode_attention(const Source& source, index_t layer, matrix_view<TQ> queries,
+                      matrix_view<TO> out, const attention_options& options = {}) {
+  detail::check_one_token(queries, out);
+  detail::decode_one(source, layer, detail::as_one_token(queries), detail::as_one_token(out),
+                     nullptr, options);
 }
 
 RAZORKV_END_NAMESPACE

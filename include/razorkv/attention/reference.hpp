@@ -17,14 +17,43 @@
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
+namespace detail {
+
+// One entry of a head, oldest first: its key and value rows and its span's log-weight.
+template <class T>
+struct reference_entry {
+  const T* key;
+  const T* value;
+  double log_weight;
+};
+
+template <class Source>
+std::vector<reference_entry<typename Source::value_type>> reference_entries(const Source& cache,
+                                                                            index_t layer,
+                                                                            index_t kv_head) {
+  std::vector<reference_entry<typename Source::value_type>> entries;
+  for (index_t i = 0; i < cache.num_spans(layer, kv_head); ++i) {
+    const auto span = cache.span(layer, kv_head, i);
+    for (index_t r = 0; r < span.length(); ++r) {
+      entries.push_back(
+          {span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
+    }
+  }
+  return entries;
+}
+
+}  // namespace detail
+
 namespace reference {
 
-/// Same contract as razorkv::decode_attention_multi, computed entry by entry in double with a
-/// two-pass softmax. Returns [tokens, num_query_heads, head_dim], row-major.
+/// The attention probabilities razorkv::decode_attention_multi reports (attention_weights),
+/// computed entry by entry in double with a two-pass softmax. Returns [tokens * num_query_heads]
+/// rows, row t * num_query_heads + h over the entries of query head h's kv head, 0 where the
+/// causal mask hides an entry.
 template <class Source, class TQ>
-std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
-                                           layer_view<TQ> queries,
-                                           std::optional<double> scale = std::nullopt) {
+std::vector<std::vector<double>> attention_weights_multi(
+    const Source& cache, index_t layer, layer_view<TQ> queries,
+    std::optional<double> scale = std::nullopt) {
   check_layer(cache, layer, "reference::decode_attention");
   const index_t num_kv_heads = cache.num_kv_heads();
   const index_t dim = cache.head_dim();
@@ -36,50 +65,57 @@ std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
   const double s = detail::softmax_scale(scale, dim, "reference::decode_attention");
   const index_t group = num_query_heads / num_kv_heads;
 
-  std::vector<double> out(static_cast<std::size_t>(tokens * num_query_heads * dim), 0.0);
+  std::vector<std::vector<double>> weights(static_cast<std::size_t>(tokens * num_query_heads));
   for (index_t h = 0; h < num_query_heads; ++h) {
     const index_t kv_head = h / group;
-    // The head's entries as (key row, value row, log-weight), oldest first.
-    struct entry {
-      const typename Source::value_type* key;
-      const typename Source::value_type* value;
-      double log_weight;
-    };
-    std::vector<entry> entries;
-    for (index_t i = 0; i < cache.num_spans(layer, kv_head); ++i) {
-      const auto span = cache.span(layer, kv_head, i);
-      for (index_t r = 0; r < span.length(); ++r) {
-        entries.push_back(
-            {span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
-      }
-    }
+    const auto entries = detail::reference_entries(cache, layer, kv_head);
     const index_t total = static_cast<index_t>(entries.size());
     RAZORKV_CHECK(total >= tokens, kInvalidArgument, "reference::decode_attention: kv head ",
                   kv_head, " holds ", total, " entries, fewer than ", tokens, " new tokens");
     for (index_t t = 0; t < tokens; ++t) {
       const TQ* q = queries.token(t).row(h);
       const index_t visible = total - tokens + 1 + t;
-      std::vector<double> logits(static_cast<std::size_t>(visible));
+      std::vector<double>& w = weights[static_cast<std::size_t>(t * num_query_heads + h)];
+      w.assign(static_cast<std::size_t>(total), 0.0);
       double max_logit = -std::numeric_limits<double>::infinity();
       for (index_t e = 0; e < visible; ++e) {
         double dot = 0.0;
         for (index_t c = 0; c < dim; ++c) {
-          dot += razorkv::detail::to_double(q[c]) *
-                 razorkv::detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
+          dot += detail::to_double(q[c]) *
+                 detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
         }
-        logits[static_cast<std::size_t>(e)] =
-            s * dot + entries[static_cast<std::size_t>(e)].log_weight;
-        max_logit = std::max(max_logit, logits[static_cast<std::size_t>(e)]);
+        w[static_cast<std::size_t>(e)] = s * dot + entries[static_cast<std::size_t>(e)].log_weight;
+        max_logit = std::max(max_logit, w[static_cast<std::size_t>(e)]);
       }
       double denominator = 0.0;
-      double* o = out.data() + (t * num_query_heads + h) * dim;
       for (index_t e = 0; e < visible; ++e) {
-        const double w = std::exp(logits[static_cast<std::size_t>(e)] - max_logit);
-        denominator += w;
-        const auto* v = entries[static_cast<std::size_t>(e)].value;
-        for (index_t c = 0; c < dim; ++c) o[c] += w * razorkv::detail::to_double(v[c]);
+        w[static_cast<std::size_t>(e)] = std::exp(w[static_cast<std::size_t>(e)] - max_logit);
+        denominator += w[static_cast<std::size_t>(e)];
       }
-      for (index_t c = 0; c < dim; ++c) o[c] /= denominator;
+      for (index_t e = 0; e < visible; ++e) w[static_cast<std::size_t>(e)] /= denominator;
+    }
+  }
+  return weights;
+}
+
+/// Same contract as razorkv::decode_attention_multi, computed entry by entry in double from
+/// attention_weights_multi. Returns [tokens, num_query_heads, head_dim], row-major.
+template <class Source, class TQ>
+std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
+                                           layer_view<TQ> queries,
+                                           std::optional<double> scale = std::nullopt) {
+  const auto weights = attention_weights_multi(cache, layer, queries, scale);
+  const index_t num_query_heads = queries.heads(), tokens = queries.tokens();
+  const index_t dim = cache.head_dim(), group = num_query_heads / cache.num_kv_heads();
+  std::vector<double> out(static_cast<std::size_t>(tokens * num_query_heads * dim), 0.0);
+  for (index_t h = 0; h < num_query_heads; ++h) {
+    const auto entries = detail::reference_entries(cache, layer, h / group);
+    for (index_t t = 0; t < tokens; ++t) {
+      const std::vector<double>& w = weights[static_cast<std::size_t>(t * num_query_heads + h)];
+      double* o = out.data() + (t * num_query_heads + h) * dim;
+      for (std::size_t e = 0; e < entries.size(); ++e) {
+        for (index_t c = 0; c < dim; ++c) o[c] += w[e] * detail::to_double(entries[e].value[c]);
+      }
     }
   }
   return out;

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
@@ -73,20 +74,10 @@ class any_kv_cache {
   void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
     get().append(layer, keys, values);
   }
-  /// Forwards to the held cache's observe when it has one (observe_decode's hook). Queries in
-  /// T or float (an engine's usual query dtype) are accepted; any other dtype is a compile
-  /// error, so that no query is dropped silently for lack of an overload.
-  template <class TQ>
-  void observe(index_t layer, layer_view<TQ> queries) {
-    using Q = std::remove_const_t<TQ>;
-    static_assert(std::is_same_v<Q, T> || std::is_same_v<Q, float>,
-                  "razorkv::any_kv_cache<T>::observe: queries must be in T or float");
-    if constexpr (std::is_same_v<Q, T>) {
-      get().observe_as_stored(layer, queries);
-    } else {
-      get().observe_as_float(layer, queries);
-    }
-  }
+  /// Whether the held cache learns from decode (see observes_attention), and its observe hook
+  /// (observe_decode's), which does nothing for a cache without one.
+  bool observes_attention() const { return get().observes_attention(); }
+  void observe(index_t layer, const attention_weights& weights) { get().observe(layer, weights); }
 
   /// The held cache's max_new_tokens when it has one (razor_kv_cache), else no limit.
   index_t max_new_tokens(index_t layer) const { return get().max_new_tokens(layer); }
@@ -118,8 +109,8 @@ class any_kv_cache {
     virtual index_t num_spans(index_t layer, index_t kv_head) const = 0;
     virtual kv_span<T> span(index_t layer, index_t kv_head, index_t i) const = 0;
     virtual void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) = 0;
-    virtual void observe_as_stored(index_t layer, layer_view<const T> queries) = 0;
-    virtual void observe_as_float(index_t layer, layer_view<const float> queries) = 0;
+    virtual bool observes_attention() const = 0;
+    virtual void observe(index_t layer, const attention_weights& weights) = 0;
     virtual index_t max_new_tokens(index_t layer) const = 0;
     virtual index_t entries(index_t layer, index_t kv_head) const = 0;
     virtual index_t kv_bytes() const = 0;
@@ -143,11 +134,9 @@ class any_kv_cache {
     void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) override {
       cache.append(layer, keys, values);
     }
-    void observe_as_stored(index_t layer, layer_view<const T> queries) override {
-      observe_decode(cache, layer, queries);
-    }
-    void observe_as_float(index_t layer, layer_view<const float> queries) override {
-      observe_decode(cache, layer, queries);
+    bool observes_attention() const override { return razorkv::observes_attention(cache); }
+    void observe(index_t layer, const attention_weights& weights) override {
+      observe_decode(cache, layer, weights);
     }
     // A cache of the user's without the memory vocabulary is counted from its spans, and its
     // allocation as what it holds.

@@ -126,18 +126,6 @@ void check_token_views(const layer_view<const T>& keys, const layer_view<const T
 
 namespace detail {
 
-template <class C, class Q, class = void>
-struct observes_queries : std::false_type {};
-
-template <class C, class Q>
-struct observes_queries<
-    C, Q, std::void_t<decltype(std::declval<C&>().observe(index_t{}, std::declval<Q>()))>>
-    : std::true_type {};
-
-}  // namespace detail
-
-namespace detail {
-
 // Whether a source limits how many tokens appended together stay its newest entries
 // (razor_kv_cache in bounded mode), which decode_attention_multi must then check.
 template <class S, class = void>
@@ -149,20 +137,6 @@ struct has_max_new_tokens<S,
     : std::true_type {};
 
 }  // namespace detail
-
-/// The one hook for policies that learn from decode: a cache with a member
-/// `observe(layer, queries)` (H2O, which accumulates the attention each token receives) is handed
-/// the queries decode just attended with; any other cache ignores them. A decode loop calls this
-/// after decode_attention for every cache, and so never names the policy it runs.
-///
-/// \param queries [tokens, num_query_heads, head_dim]: the newest tokens' queries, any strides
-template <class Cache, class TQ>
-void observe_decode(Cache& cache, index_t layer, layer_view<TQ> queries) {
-  static_assert(is_kv_cache_v<Cache>, "razorkv: type does not satisfy the KV-cache contract");
-  if constexpr (detail::observes_queries<Cache, layer_view<TQ>>::value) {
-    cache.observe(layer, queries);
-  }
-}
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.
 template <class Source>

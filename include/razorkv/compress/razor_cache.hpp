@@ -208,14 +208,16 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
 
-    // Phase 1, which may throw: grown copies of every head that runs out of room.
-    std::vector<detail::head_rows<T>> grown(l.heads.size());
+    // Phase 1, which may throw: grown copies of the heads that run out of room. None while
+    // every growing head is within its capacity, and then append allocates nothing.
+    std::vector<detail::head_rows<T>> grown;
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       const head_state& head = l.heads[h];
       if (!head.retrieval && config_.decode == decode_mode::kBounded) continue;
       const index_t needed =
           detail::checked_add(head.recent.rows(), added, "razor_kv_cache::append: rows");
       if (needed > head.recent.capacity()) {
+        if (grown.empty()) grown.resize(l.heads.size());
         grown[h] = head.recent.grown(
             std::max(needed, head.recent.capacity() + head.recent.capacity() / 2));
       }
@@ -226,7 +228,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       const matrix_view<const T> new_keys = keys.head(static_cast<index_t>(h));
       const matrix_view<const T> new_values = values.head(static_cast<index_t>(h));
       if (head.retrieval || config_.decode == decode_mode::kAppend) {
-        if (grown[h].capacity() > 0) head.recent = std::move(grown[h]);
+        if (!grown.empty() && grown[h].capacity() > 0) head.recent = std::move(grown[h]);
         head.recent.write(head.recent.rows(), new_keys, new_values);
         head.recent.set_rows(head.recent.rows() + added);
       } else {

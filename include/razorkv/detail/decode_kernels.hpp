@@ -188,12 +188,16 @@ inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index
 /// \param range   [begin, end): the entries this call reads (all of them, or one task's run)
 /// \param maybe_partial_max, partial_denominator  [kQ] each: when non-null, out is left
 ///                un-normalised and the running max and denominator are stored for a merge
+/// \param maybe_logits [kQ, logits_stride]: when non-null, query q's logit (scaled score plus
+///                log-weight) of every entry e it reads in the range is stored at
+///                maybe_logits[q * logits_stride + e], for the caller to turn into probabilities
 template <class T, int kQ, int kDim>
 void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim,
                  const accum_t<T>* RAZORKV_RESTRICT queries, const index_t* visible,
                  accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch,
                  index_t range_begin, index_t range_end, accum_t<T>* maybe_partial_max,
-                 accum_t<T>* partial_denominator) {
+                 accum_t<T>* partial_denominator, float* RAZORKV_RESTRICT maybe_logits,
+                 index_t logits_stride) {
   using Acc = accum_t<T>;
   using score_block = Eigen::Array<Acc, kBlockRows, 1>;
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
@@ -270,6 +274,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
           // their weight is zeroed right after.
           std::fill(w + readable, w + kBlockRows, block_max);
         }
+        if (maybe_logits != nullptr) {
+          float* logits = maybe_logits + q * logits_stride + block_entry;
+          for (index_t r = 0; r < readable; ++r) logits[r] = static_cast<float>(w[r]);
+        }
         if (block_max > running_max[q]) {
           // exp(-inf) == 0 clears the (still empty) accumulators on the first block.
           const Acc rescale = std::exp(running_max[q] - block_max);
@@ -322,7 +330,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
 #define RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D)                                        \
   void attend_head<T, Q, D>(const kv_span<T>*, index_t, index_t, const accum_t<T>*,     \
                             const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t, \
-                            accum_t<T>*, accum_t<T>*)
+                            accum_t<T>*, accum_t<T>*, float*, index_t)
 #define RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, Q) \
   X(T, Q, 0) X(T, Q, 64) X(T, Q, 80) X(T, Q, 96) X(T, Q, 128) X(T, Q, 256)
 #define RAZORKV_DECODE_KERNELS_OF_TYPE(X, T) \

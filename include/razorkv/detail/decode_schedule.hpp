@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
@@ -48,7 +49,13 @@ struct decode_work {
   std::vector<accum_t<T>>
       scaled;          // [num_kv_heads, per_head, head_dim]: scaled queries, j = t * group + g
   layer_view<TO> out;  // [tokens, num_query_heads, head_dim]
+  attention_weights* weights = nullptr;  // filled with the step's probabilities when non-null
   index_t tokens = 0, group = 0, per_head = 0;
+
+  // Entries query vector j of kv head h may read: all but the newer new tokens.
+  index_t visible(index_t kv_head, index_t j) const noexcept {
+    return entries[static_cast<std::size_t>(kv_head)] - tokens + 1 + j / group;
+  }
 };
 
 // The checked mode of decode (attention_options::check_finite): names the first non-finite query
@@ -91,10 +98,12 @@ void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view
 
 // Validates everything a decode over (cache, layer) reads and gathers it, so that a malformed
 // cache or query is an error before any output is written and the kernels run without checks.
+// `weights`, when non-null, is shaped for the step (the last thing that may throw).
 template <class Source, class TQ, class TO>
 decode_work<typename Source::value_type, TO> prepare_decode(
     const Source& cache, index_t layer, layer_view<TQ> queries, layer_view<TO> out,
-    const std::optional<double>& scale_option, bool check_finite, const char* where) {
+    attention_weights* weights, const std::optional<double>& scale_option, bool check_finite,
+    const char* where) {
   using T = typename Source::value_type;
   using Acc = accum_t<T>;
   check_layer(cache, layer, where);
@@ -162,7 +171,33 @@ decode_work<typename Source::value_type, TO> prepare_decode(
     }
   }
   if (check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
+  if (weights != nullptr) {
+    weights->reset(tokens, num_query_heads, work.entries);
+    work.weights = weights;
+  }
   return work;
+}
+
+// Turns one query's logits, as attend_head stored them for the `visible` entries it reads, into
+// probabilities exp(logit - max) / denominator (max and denominator: the query's final softmax
+// state), and zeroes the entries it may not read. In float: the weights are float. The exp runs
+// over an aligned block, so every entry takes the same vectorised path whatever the row's
+// alignment, and equal inputs give equal weights bit for bit.
+template <class Acc>
+void logits_to_probabilities(float* row, index_t visible, index_t entries, Acc max,
+                             Acc denominator) noexcept {
+  const auto shift = static_cast<float>(max);
+  const auto scale = static_cast<float>(Acc(1) / denominator);
+  alignas(64) float block[std::size_t{kBlockRows}];
+  Eigen::Map<Eigen::Array<float, kBlockRows, 1>, Eigen::Aligned64> values(block);
+  for (index_t first = 0; first < visible; first += kBlockRows) {
+    const index_t count = std::min(kBlockRows, visible - first);
+    std::copy(row + first, row + first + count, block);
+    std::fill(block + count, block + kBlockRows, shift);
+    values = (values - shift).exp() * scale;
+    std::copy(block, block + count, row + first);
+  }
+  std::fill(row + visible, row + entries, 0.0f);
 }
 
 // Runs the kernels of every work item in one parallel loop. Tasks are (work, kv head, run of
@@ -230,15 +265,26 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
     const std::size_t h = static_cast<std::size_t>(task.kv_head);
     index_t visible[kMaxQueriesPerPass];
-    for (index_t q = 0; q < task.width; ++q) {
-      visible[q] = work.entries[h] - work.tokens + 1 + (task.first + q) / work.group;
-    }
+    for (index_t q = 0; q < task.width; ++q)
+      visible[q] = work.visible(task.kv_head, task.first + q);
     const bool whole = task.slot < 0;
     std::vector<Acc> result(whole ? static_cast<std::size_t>(task.width * head_dim) : 0);
     Acc* out =
         whole ? result.data() : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
-    Acc* maybe_max = whole ? nullptr : partial_max.data() + task.slot * kMaxQueriesPerPass;
-    Acc* den = whole ? nullptr : partial_den.data() + task.slot * kMaxQueriesPerPass;
+    // A whole pass that reports weights keeps its softmax state, to normalise them below.
+    Acc whole_max[kMaxQueriesPerPass], whole_den[kMaxQueriesPerPass];
+    const bool keep_state = whole && work.weights != nullptr;
+    Acc* maybe_max = !whole ? partial_max.data() + task.slot * kMaxQueriesPerPass
+                            : (keep_state ? whole_max : nullptr);
+    Acc* den = !whole ? partial_den.data() + task.slot * kMaxQueriesPerPass
+                      : (keep_state ? whole_den : nullptr);
+    float* logits = nullptr;
+    index_t logits_stride = 0;
+    if (work.weights != nullptr) {
+      const matrix_view<float> head_weights = work.weights->kv_head(task.kv_head);
+      logits = head_weights.row(task.first);
+      logits_stride = head_weights.row_stride();
+    }
     std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
                                            : 0);
     const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
@@ -249,9 +295,17 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
       dispatch_pow2_upto8(task.width, [&](auto width_constant) {
         attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
             head_spans, num_head_spans, head_dim, head_queries, visible, out, scratch.data(),
-            task.begin, task.end, maybe_max, den);
+            task.begin, task.end, maybe_max, den, logits, logits_stride);
       });
     });
+    if (keep_state) {
+      for (index_t q = 0; q < task.width; ++q) {
+        const Acc inverse = Acc(1) / whole_den[q];
+        for (index_t c = 0; c < head_dim; ++c) out[q * head_dim + c] *= inverse;
+        logits_to_probabilities(logits + q * logits_stride, visible[q], work.entries[h],
+                                whole_max[q], whole_den[q]);
+      }
+    }
     if (whole) write_out(work, task.kv_head, task.first, task.width, result.data());
   });
 
@@ -259,6 +313,7 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
   // part holds entry 0, which every query reads, so M is finite.
   run_parallel(parallel_for, static_cast<index_t>(splits.size()), [&](index_t i) {
     const split& group = splits[static_cast<std::size_t>(i)];
+    const decode_work<T, TO>& work = works[static_cast<std::size_t>(group.work)];
     std::vector<Acc> merged(static_cast<std::size_t>(group.width * head_dim), Acc(0));
     for (index_t q = 0; q < group.width; ++q) {
       Acc largest = -std::numeric_limits<Acc>::infinity();
@@ -282,9 +337,14 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
       }
       const Acc inverse = Acc(1) / denominator;
       for (index_t c = 0; c < head_dim; ++c) dst[c] *= inverse;
+      if (work.weights != nullptr) {
+        const index_t j = group.first + q;
+        logits_to_probabilities(
+            work.weights->kv_head(group.kv_head).row(j), work.visible(group.kv_head, j),
+            work.entries[static_cast<std::size_t>(group.kv_head)], largest, denominator);
+      }
     }
-    write_out(works[static_cast<std::size_t>(group.work)], group.kv_head, group.first, group.width,
-              merged.data());
+    write_out(work, group.kv_head, group.first, group.width, merged.data());
   });
 }
 

@@ -171,7 +171,7 @@ struct policy_run {
   index_t kv_bytes = 0;         ///< K/V the cache held after compressing the prompt
   index_t full_kv_bytes = 0;    ///< K/V of the full cache of the prompt
   double compress_seconds = 0;  ///< every layer, SnapKV/H2O attention scoring included
-  double decode_seconds = 0;    ///< one decode step over every layer (median over the steps)
+  double decode_seconds = 0;    ///< one decode step over every layer, observe included (median)
   /// [layer][step * num_query_heads * head_dim]: each decode step's attention output.
   std::vector<std::vector<float>> outputs;
 };
@@ -192,8 +192,8 @@ auto compress_prompt(const P& p, const eval_prompt<T>& prompt, const memory_budg
 
 /// Runs `p` on `prompt` at `budget`: compresses the prompt of every layer into the policy's
 /// cache, then for each decode token appends its K/V to every layer, runs decode_attention, and
-/// (H2O) lets the cache observe the token's attention. Throws the policy's error when the budget
-/// cannot hold it (e.g. below SnapKV's window or razor's retrieval groups).
+/// (H2O) hands the cache the attention weights decode returned. Throws the policy's error when the
+/// budget cannot hold it (e.g. below SnapKV's window or razor's retrieval groups).
 template <class P, class T>
 policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_budget& budget,
                       const run_options& options = {}) {
@@ -222,6 +222,9 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
   std::vector<double> step_seconds;
   attention_options attention;
   attention.parallel_for = options.parallel_for;
+  // A cache that learns from decode (H2O) gets each step's attention weights from decode itself.
+  const bool observes = observes_attention(cache);
+  attention_weights weights;
   for (index_t s = 0; s < steps; ++s) {
     const index_t t = prompt.prompt_tokens() + s;
     double seconds = 0;
@@ -232,9 +235,13 @@ policy_run run_policy(const P& p, const eval_prompt<T>& prompt, const memory_bud
       const matrix_view<float> out(
           run.outputs[static_cast<std::size_t>(l)].data() + s * heads * dim, heads, dim);
       const auto begin = clock::now();
-      decode_attention(cache, l, query, out, attention);
+      if (observes) {
+        decode_attention(cache, l, query, out, weights, attention);
+        observe_decode(cache, l, weights);
+      } else {
+        decode_attention(cache, l, query, out, attention);
+      }
       seconds += std::chrono::duration<double>(clock::now() - begin).count();
-      observe_decode(cache, l, seq.queries.middle_tokens(t, 1));
     }
     step_seconds.push_back(seconds);
   }

@@ -5,22 +5,20 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "razorkv/attention/decode.hpp"
+#include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
-#include "razorkv/core/eigen.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
-#include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/observed_attention.hpp"
 #include "razorkv/policies/policy.hpp"
@@ -54,7 +52,8 @@ struct h2o_head {
 /// last `recent` tokens, and up to budget - recent heavy hitters, the older tokens with the
 /// largest accumulated attention. Compression ranks the prompt by the attention mass its
 /// observation queries paid (observed_attention; a GQA group's query heads add up for their kv
-/// head); during decode, observe() adds each new query's attention to every entry, and a token
+/// head); during decode, observe() adds the attention decode reports each entry was paid (see
+/// attention_weights), and a token
 /// leaving the recent window replaces the weakest heavy hitter if its accumulated attention is
 /// larger (else it is dropped). Memory is allocated at compression and never grows.
 ///
@@ -176,67 +175,69 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
     l.tokens += keys.tokens();
   }
 
-  /// Adds the attention that the newest queries.tokens() tokens' queries ([tokens,
-  /// num_query_heads, head_dim], any strides; GQA: a group's query heads add up for their kv
-  /// head) pay to each entry, causally as in decode_attention_multi: call it after append and
-  /// decode of those tokens. tokens must be <= recent_window(); queries must be finite. Kv
-  /// heads run in parallel (`parallel_for`, else OpenMP when compiled with it).
-  template <class TQ>
-  void observe(index_t layer, layer_view<TQ> queries, std::optional<double> scale_option = {},
-               const parallel_for_fn& parallel_for = {}) {
-    using Q = std::remove_const_t<TQ>;
+  /// The observe hook (see observe_decode): adds to each entry the attention that the newest
+  /// weights.tokens() tokens paid it (a GQA group's query heads add up for their kv head), as
+  /// decode_attention_multi(*this, layer, queries, out, weights) reported it after those tokens
+  /// were appended. tokens must be <= recent_window(); the weights must cover this layer's heads
+  /// as they are and be finite and >= 0. Allocates nothing; on error nothing changes.
+  void observe(index_t layer, const attention_weights& weights) {
     constexpr const char* kWhere = "h2o_kv_cache::observe";
     layer_storage& l = layer_at(layer, kWhere);
     RAZORKV_CHECK(l.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") has not been compressed yet");
-    const layer_view<const Q> q_view = queries;
-    RAZORKV_CHECK(q_view.head_dim() == head_dim(), kShapeMismatch, kWhere, ": queries.head_dim() (",
-                  q_view.head_dim(), ") != head_dim (", head_dim(), ")");
-    RAZORKV_CHECK(q_view.heads() > 0 && q_view.heads() % num_kv_heads() == 0, kShapeMismatch,
-                  kWhere, ": num_query_heads (", q_view.heads(),
-                  ") is not a positive multiple of num_kv_heads (", num_kv_heads(), ")");
-    RAZORKV_CHECK(q_view.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (",
-                  q_view.tokens(), ") exceeds the recent window (", recent_, ")");
-    const double scale = detail::softmax_scale(scale_option, head_dim(), kWhere);
-    detail::check_finite(q_view, kWhere, "query");
-    const index_t tokens = q_view.tokens(), group = q_view.heads() / num_kv_heads();
+    RAZORKV_CHECK(weights.num_kv_heads() == num_kv_heads(), kShapeMismatch, kWhere,
+                  ": weights cover ", weights.num_kv_heads(), " kv heads, the cache has ",
+                  num_kv_heads());
+    const index_t tokens = weights.tokens();
+    RAZORKV_CHECK(tokens <= recent_, kInvalidArgument, kWhere, ": weights.tokens() (", tokens,
+                  ") exceeds the recent window (", recent_, ")");
     for (index_t h = 0; h < num_kv_heads(); ++h) {
-      const index_t in_window = l.heads[static_cast<std::size_t>(h)].ring.rows();
-      RAZORKV_CHECK(tokens <= in_window, kInvalidArgument, kWhere, ": queries.tokens() (", tokens,
-                    ") exceeds the tokens in kv head ", h, "'s window (", in_window, ")");
-    }
-    // Per kv head: logits of every (query head of the group, token) against every entry in one
-    // product per span, then a causal softmax per row, added to the entries' scores in double.
-    detail::run_parallel(parallel_for, num_kv_heads(), [&](index_t h) {
-      row_matrix<float> scaled_queries(group * tokens, head_dim()), logits;
-      head_state& head = l.heads[static_cast<std::size_t>(h)];
-      for (index_t g = 0; g < group; ++g) {
-        for (index_t t = 0; t < tokens; ++t) {
-          const Q* query = q_view.token(t).row(h * group + g);
-          for (index_t c = 0; c < head_dim(); ++c) {
-            scaled_queries(g * tokens + t, c) =
-                static_cast<float>(scale * detail::to_double(query[c]));
-          }
-        }
-      }
+      const head_state& head = l.heads[static_cast<std::size_t>(h)];
       const index_t entries = head.heavy.rows() + head.ring.rows();
-      logits.resize(group * tokens, entries);
-      index_t column = 0;
-      for_each_span(head, [&](const kv_span<T>& span) {
-        logits.middleCols(column, span.length()).noalias() =
-            scaled_queries * as_eigen(span.keys).template cast<float>().transpose();
-        column += span.length();
-      });
-      for (index_t r = 0; r < group * tokens; ++r) {
-        const index_t visible = entries - (tokens - 1 - r % tokens);  // causal among the new tokens
-        detail::softmax_in_place(logits.row(r).head(visible).array());
-      }
-      for_each_entry(head, [&](index_t e, const T*, double& score) {
-        for (index_t r = 0; r < group * tokens; ++r) {
-          if (e < entries - (tokens - 1 - r % tokens)) score += static_cast<double>(logits(r, e));
+      RAZORKV_CHECK(weights.entries(h) == entries, kShapeMismatch, kWhere, ": weights of kv head ",
+                    h, " cover ", weights.entries(h), " entries, the head holds ", entries,
+                    " (decode after append, and observe before the next append)");
+      RAZORKV_CHECK(tokens <= head.ring.rows(), kInvalidArgument, kWhere, ": weights.tokens() (",
+                    tokens, ") exceeds the tokens in kv head ", h, "'s window (", head.ring.rows(),
+                    ")");
+      const matrix_view<const float> w = weights.kv_head(h);
+      for (index_t r = 0; r < w.rows(); ++r) {
+        for (index_t e = 0; e < entries; ++e) {
+          RAZORKV_CHECK(std::isfinite(w(r, e)) && w(r, e) >= 0.0f, kInvalidArgument, kWhere,
+                        ": weight (", w(r, e), ") of kv head ", h, " row ", r, " entry ", e,
+                        " is not a finite probability");
         }
+      }
+    }
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      const matrix_view<const float> w = weights.kv_head(h);
+      for_each_entry(l.heads[static_cast<std::size_t>(h)], [&](index_t e, const T*, double& score) {
+        double paid = 0;
+        for (index_t r = 0; r < w.rows(); ++r) paid += static_cast<double>(w(r, e));
+        score += paid;
       });
-    });
+    }
+  }
+
+  /// observe() for a caller that kept no weights: decodes the newest queries.tokens() tokens'
+  /// queries ([tokens, num_query_heads, head_dim], any strides) over this cache once more for
+  /// their weights, in the checked mode (non-finite queries are an error), and observes them.
+  template <class TQ>
+  void observe(index_t layer, layer_view<TQ> queries, attention_options options = {}) {
+    constexpr const char* kWhere = "h2o_kv_cache::observe";
+    RAZORKV_CHECK(layer_at(layer, kWhere).compressed, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has not been compressed yet");
+    const layer_view<const std::remove_const_t<TQ>> q = queries;
+    RAZORKV_CHECK(q.tokens() <= recent_, kInvalidArgument, kWhere, ": queries.tokens() (",
+                  q.tokens(), ") exceeds the recent window (", recent_, ")");
+    std::vector<float> out(static_cast<std::size_t>(detail::checked_mul(
+        q.tokens() * q.heads(), q.head_dim(), "h2o_kv_cache::observe: queries")));
+    attention_weights weights;
+    options.check_finite = true;
+    decode_attention_multi(*this, layer, q,
+                           layer_view<float>::nhd(out.data(), q.tokens(), q.heads(), q.head_dim()),
+                           weights, options);
+    observe(layer, weights);
   }
 
   index_t num_spans(index_t layer, index_t kv_head) const {

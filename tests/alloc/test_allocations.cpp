@@ -1,0 +1,239 @@
+// Tests of what the README says allocates nothing, with a counting allocator: this binary
+// replaces malloc and its relatives (which operator new, std::vector and Eigen all reach), so a
+// path that allocates in any way is caught, not only one a cache's own counter sees.
+#include <gtest/gtest.h>
+
+#include <razorkv/attention/decode.hpp>
+#include <razorkv/cache/attention_weights.hpp>
+#include <razorkv/cache/dense_cache.hpp>
+#include <razorkv/compress/razor_cache.hpp>
+#include <razorkv/policies/h2o.hpp>
+#include <razorkv/policies/observed_attention.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+// glibc's allocator under its internal names: the replacements count, then forward.
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<long> allocations{0}, allocated_bytes{0};
+void count_allocation(std::size_t bytes) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  allocated_bytes.fetch_add(static_cast<long>(bytes), std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* malloc(std::size_t n) {
+  count_allocation(n);
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t count, std::size_t n) {
+  count_allocation(count * n);
+  return __libc_calloc(count, n);
+}
+void* realloc(void* p, std::size_t n) {
+  count_allocation(n);
+  return __libc_realloc(p, n);
+}
+void* memalign(std::size_t alignment, std::size_t n) {
+  count_allocation(n);
+  return __libc_memalign(alignment, n);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t n) { return memalign(alignment, n); }
+int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
+  void* p = memalign(alignment, n);
+  if (p == nullptr) return 12;  // ENOMEM
+  *out = p;
+  return 0;
+}
+void free(void* p) { __libc_free(p); }
+}
+
+namespace {
+
+using razorkv::index_t;
+using razorkv::layer_view;
+
+// Allocations (and their bytes) made since construction, by any thread; these tests run one.
+class allocation_count {
+ public:
+  allocation_count() : start_(allocations.load()), start_bytes_(allocated_bytes.load()) {}
+  long operator()() const { return allocations.load() - start_; }
+  long bytes() const { return allocated_bytes.load() - start_bytes_; }
+
+ private:
+  long start_, start_bytes_;
+};
+
+TEST(CountingAllocator, SeesOperatorNewVectorsAndEigen) {
+  const allocation_count count;
+  auto boxed = std::make_unique<int>(3);
+  std::vector<float> v(100);
+  Eigen::MatrixXf m(40, 40);
+  EXPECT_EQ(count(), 3);
+}
+
+struct token_source {
+  std::vector<float> data;
+  index_t kv_heads, dim;
+  token_source(index_t tokens, index_t heads, index_t head_dim, std::mt19937_64& rng)
+      : data(razorkv_test::random_values<float>(
+            static_cast<std::size_t>(tokens * heads * head_dim), rng)),
+        kv_heads(heads),
+        dim(head_dim) {}
+  layer_view<const float> tokens(index_t first, index_t count) const {
+    return layer_view<const float>::nhd(data.data(), static_cast<index_t>(data.size()) /
+                                                         (kv_heads * dim),
+                                        kv_heads, dim)
+        .middle_tokens(first, count);
+  }
+};
+
+constexpr index_t kKvHeads = 4, kDim = 32, kPrompt = 400, kSteps = 300;
+
+razorkv::razor_kv_cache<float> bounded_cache(index_t decode_reserve) {
+  razorkv::head_plan plan(razorkv::model_shape{1, 8, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  razorkv::razor_config config;
+  config.fixed_window = 32;
+  config.decode = razorkv::decode_mode::kBounded;
+  config.decode_reserve = decode_reserve;
+  return razorkv::razor_kv_cache<float>(plan, config);
+}
+
+TEST(Allocations, BoundedDecodeAppendsWithoutAllocatingWithinTheReserve) {
+  std::mt19937_64 rng(71);
+  const token_source kv(kPrompt + 2 * kSteps, kKvHeads, kDim, rng);
+  razorkv::razor_kv_cache<float> cache = bounded_cache(kSteps);
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  {
+    // kSteps tokens: local heads slide their windows, the retrieval head fills its reserve.
+    const allocation_count count;
+    for (index_t t = 0; t < kSteps; ++t) {
+      cache.append(0, kv.tokens(kPrompt + t, 1), kv.tokens(kPrompt + t, 1));
+    }
+    EXPECT_EQ(count(), 0);
+  }
+  // Past the reserve the retrieval head keeps every token, so it grows: the claim's limit.
+  const allocation_count count;
+  cache.append(0, kv.tokens(kPrompt + kSteps, 1), kv.tokens(kPrompt + kSteps, 1));
+  EXPECT_GT(count(), 0);
+}
+
+TEST(Allocations, ABoundedCacheWithoutRetrievalHeadsNeverAllocatesAfterCompression) {
+  std::mt19937_64 rng(72);
+  const token_source kv(kPrompt + 2 * kSteps, kKvHeads, kDim, rng);
+  razorkv::razor_kv_cache<float> cache(razorkv::head_plan(razorkv::model_shape{1, 8, kKvHeads, kDim}),
+                                       razorkv::razor_config::fixed_capacity(64));
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  const allocation_count count;
+  for (index_t t = 0; t < 2 * kSteps; t += 3) {
+    cache.append(0, kv.tokens(kPrompt + t, 3), kv.tokens(kPrompt + t, 3));
+  }
+  EXPECT_EQ(count(), 0);
+}
+
+TEST(Allocations, CompressingAfterClearReusesTheKvBuffers) {
+  std::mt19937_64 rng(73);
+  const token_source kv(kPrompt, kKvHeads, kDim, rng);
+  razorkv::razor_kv_cache<float> cache = bounded_cache(16);
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  const long kv_bytes = cache.allocated_bytes();
+  for (const index_t tokens : {kPrompt, kPrompt - 57, index_t{100}}) {
+    cache.clear();
+    const allocation_count count;
+    cache.compress_layer(0, kv.tokens(0, tokens), kv.tokens(0, tokens));
+    // No K/V memory: only the bookkeeping of the call (a few small lists per kv head).
+    EXPECT_LE(count(), 4 * kKvHeads) << tokens << " tokens";
+    EXPECT_LE(count.bytes(), 512 * kKvHeads) << tokens << " tokens";
+    EXPECT_EQ(cache.allocated_bytes(), kv_bytes);
+  }
+  // A longer sequence than any before needs more rows: the bookkeeping bound is not vacuous.
+  const token_source longer(2 * kPrompt, kKvHeads, kDim, rng);
+  cache.clear();
+  const allocation_count count;
+  cache.compress_layer(0, longer.tokens(0, 2 * kPrompt), longer.tokens(0, 2 * kPrompt));
+  EXPECT_GT(count.bytes(), 2 * kPrompt * kDim * static_cast<long>(sizeof(float)));
+}
+
+TEST(Allocations, DecodeAllocatesBookkeepingNotEntries) {
+  // decode_attention allocates its per-call work lists (spans, scaled queries, tasks): the same
+  // whatever the heads hold.
+  std::mt19937_64 rng(76);
+  const index_t query_heads = 8;
+  const token_source q(1, query_heads, kDim, rng);
+  std::vector<float> out(static_cast<std::size_t>(query_heads * kDim));
+  const auto o = layer_view<float>::nhd(out.data(), 1, query_heads, kDim);
+  long bytes[2] = {0, 0};
+  for (const index_t tokens : {index_t{100}, index_t{5000}}) {
+    const token_source kv(tokens, kKvHeads, kDim, rng);
+    razorkv::dense_kv_cache<float> cache(1, kKvHeads, kDim);
+    cache.append(0, kv.tokens(0, tokens), kv.tokens(0, tokens));
+    const allocation_count count;
+    razorkv::decode_attention_multi(cache, 0, q.tokens(0, 1), o);
+    bytes[tokens == 100 ? 0 : 1] = count.bytes();
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+  EXPECT_LE(bytes[1], 8192);
+}
+
+TEST(Allocations, H2ODecodeAllocatesNothingButTheDecodeCall) {
+  std::mt19937_64 rng(74);
+  const index_t query_heads = 8;
+  const token_source kv(kPrompt + kSteps, kKvHeads, kDim, rng);
+  const token_source q(kPrompt + kSteps, query_heads, kDim, rng);
+  razorkv::h2o_kv_cache<float> cache(1, kKvHeads, kDim, 48);
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt),
+                       razorkv::observed_attention(q.tokens(kPrompt - 16, 16), kv.tokens(0, kPrompt)));
+  std::vector<float> out(static_cast<std::size_t>(query_heads * kDim));
+  const auto o = layer_view<float>::nhd(out.data(), 1, query_heads, kDim);
+  razorkv::attention_weights weights;
+  long append_and_observe = 0;
+  for (index_t t = kPrompt; t < kPrompt + kSteps; ++t) {
+    const allocation_count append_count;
+    cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+    append_and_observe += append_count();
+    // decode_attention allocates its per-call work lists (spans, scaled queries), not the
+    // weights, whose buffer is reused from the first step on.
+    razorkv::decode_attention_multi(cache, 0, q.tokens(t, 1), o, weights);
+    const allocation_count observe_count;
+    razorkv::observe_decode(cache, 0, weights);
+    append_and_observe += observe_count();
+  }
+  EXPECT_EQ(append_and_observe, 0);
+}
+
+TEST(Allocations, ReshapingAttentionWeightsWithinTheirCapacityIsFree) {
+  razorkv::attention_weights weights;
+  const std::vector<index_t> large = {300, 200}, small = {10, 250};
+  weights.reset(2, 8, large);
+  const allocation_count count;
+  weights.reset(2, 8, small);
+  weights.reset(1, 2, {7, 7});  // the braced list itself allocates: counted below
+  weights.reset(2, 8, large);
+  EXPECT_EQ(count(), 1);
+}
+
+TEST(Allocations, DenseAppendWithinTheReserveIsFree) {
+  std::mt19937_64 rng(75);
+  const token_source kv(kSteps, kKvHeads, kDim, rng);
+  razorkv::dense_kv_cache<float> cache(1, kKvHeads, kDim, kSteps);
+  const allocation_count count;
+  for (index_t t = 0; t < kSteps; ++t) cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+  EXPECT_EQ(count(), 0);
+}
+
+}  // namespace
