@@ -90,14 +90,13 @@ struct token_source {
   std::vector<float> data;
   index_t kv_heads, dim;
   token_source(index_t tokens, index_t heads, index_t head_dim, std::mt19937_64& rng)
-      : data(razorkv_test::random_values<float>(
-            static_cast<std::size_t>(tokens * heads * head_dim), rng)),
+      : data(razorkv_test::random_values<float>(static_cast<std::size_t>(tokens * heads * head_dim),
+                                                rng)),
         kv_heads(heads),
         dim(head_dim) {}
   layer_view<const float> tokens(index_t first, index_t count) const {
-    return layer_view<const float>::nhd(data.data(), static_cast<index_t>(data.size()) /
-                                                         (kv_heads * dim),
-                                        kv_heads, dim)
+    return layer_view<const float>::nhd(
+               data.data(), static_cast<index_t>(data.size()) / (kv_heads * dim), kv_heads, dim)
         .middle_tokens(first, count);
   }
 };
@@ -136,8 +135,9 @@ TEST(Allocations, BoundedDecodeAppendsWithoutAllocatingWithinTheReserve) {
 TEST(Allocations, ABoundedCacheWithoutRetrievalHeadsNeverAllocatesAfterCompression) {
   std::mt19937_64 rng(72);
   const token_source kv(kPrompt + 2 * kSteps, kKvHeads, kDim, rng);
-  razorkv::razor_kv_cache<float> cache(razorkv::head_plan(razorkv::model_shape{1, 8, kKvHeads, kDim}),
-                                       razorkv::razor_config::fixed_capacity(64));
+  razorkv::razor_kv_cache<float> cache(
+      razorkv::head_plan(razorkv::model_shape{1, 8, kKvHeads, kDim}),
+      razorkv::razor_config::fixed_capacity(64));
   cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
   const allocation_count count;
   for (index_t t = 0; t < 2 * kSteps; t += 3) {
@@ -196,8 +196,9 @@ TEST(Allocations, H2ODecodeAllocatesNothingButTheDecodeCall) {
   const token_source kv(kPrompt + kSteps, kKvHeads, kDim, rng);
   const token_source q(kPrompt + kSteps, query_heads, kDim, rng);
   razorkv::h2o_kv_cache<float> cache(1, kKvHeads, kDim, 48);
-  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt),
-                       razorkv::observed_attention(q.tokens(kPrompt - 16, 16), kv.tokens(0, kPrompt)));
+  cache.compress_layer(
+      0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt),
+      razorkv::observed_attention(q.tokens(kPrompt - 16, 16), kv.tokens(0, kPrompt)));
   std::vector<float> out(static_cast<std::size_t>(query_heads * kDim));
   const auto o = layer_view<float>::nhd(out.data(), 1, query_heads, kDim);
   razorkv::attention_weights weights;

@@ -170,8 +170,8 @@ TEST(DecodeWeights, BatchReportsEachSequenceAsAlone) {
   // One object for two sequences would be overwritten mid-call: an error, nothing written.
   razorkv::attention_weights* twice[] = {&first, nullptr, &first};
   const std::vector<float> before = out;
-  RAZORKV_EXPECT_ERROR(razorkv::decode_attention_batch(pointers, 3, 0, q, o, twice), kInvalidArgument,
-                       "weights[2] is weights[0]; each sequence needs its own");
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention_batch(pointers, 3, 0, q, o, twice),
+                       kInvalidArgument, "weights[2] is weights[0]; each sequence needs its own");
   EXPECT_EQ(out, before);
   EXPECT_EQ(first.entries(0), 70);
 }
@@ -180,7 +180,8 @@ TEST(DecodeWeights, AFailedDecodeLeavesTheWeightsAsTheyWere) {
   std::mt19937_64 rng(44);
   const index_t dim = 16;
   razorkv::dense_kv_cache<float> cache(1, 1, dim);
-  const std::vector<float> kv = razorkv_test::random_values<float>(static_cast<std::size_t>(9 * dim), rng);
+  const std::vector<float> kv =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(9 * dim), rng);
   cache.append(0, layer_view<const float>::nhd(kv.data(), 9, 1, dim),
                layer_view<const float>::nhd(kv.data(), 9, 1, dim));
   std::vector<float> q(static_cast<std::size_t>(2 * dim), 0.0f), out(q.size());
@@ -199,8 +200,9 @@ TEST(DecodeWeights, AFailedDecodeLeavesTheWeightsAsTheyWere) {
   EXPECT_FLOAT_EQ(weights.query(0, 1)[8], 1.0f / 9);
   RAZORKV_EXPECT_ERROR(weights.query(1, 0), kOutOfRange, "outside [1, 2)");
   RAZORKV_EXPECT_ERROR(weights.kv_head(1), kOutOfRange, "kv head (1) outside [0, 1)");
-  RAZORKV_EXPECT_ERROR(weights.reset(1, 3, {4, 4}), kShapeMismatch,
-                       "num_query_heads (3) is not a positive multiple of the number of kv heads (2)");
+  RAZORKV_EXPECT_ERROR(
+      weights.reset(1, 3, {4, 4}), kShapeMismatch,
+      "num_query_heads (3) is not a positive multiple of the number of kv heads (2)");
   RAZORKV_EXPECT_ERROR(weights.reset(0, 2, {4}), kInvalidArgument, "tokens (0) must be > 0");
 }
 

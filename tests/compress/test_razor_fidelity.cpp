@@ -1,6 +1,6 @@
 // The whole method on the synthetic suite: planted heads, a plan found by the scorer, a prompt
-// compressed with each compensation mode, decode steps against the full cache. The weighted
-// token must beat the unweighted one, which must beat plain truncation, in every layer.
+// compressed with each compensation mode, decode steps against the full cache. Each layer's
+// errors must be the README's table, and the weighted token must beat the others by 1.5x.
 #include <gtest/gtest.h>
 
 #include <razorkv/eval.hpp>
@@ -114,7 +114,7 @@ layer_errors run(const scenario& s, compensation_mode mode) {
   return result;
 }
 
-TEST(RazorkvRazorFidelity, WeightedBeatsUnweightedBeatsTruncationInEveryLayer) {
+TEST(RazorkvRazorFidelity, TheReadmeTableAndTheWeightedTokensGainInEveryLayer) {
   const scenario& s = synthetic_suite();
   ASSERT_GT(s.plan.num_retrieval(), 0);
   const layer_errors weighted = run(s, compensation_mode::kWeighted);
@@ -126,8 +126,17 @@ TEST(RazorkvRazorFidelity, WeightedBeatsUnweightedBeatsTruncationInEveryLayer) {
               << " retrieval groups): relative L2 error weighted " << weighted.relative_l2[i]
               << ", unweighted " << unweighted.relative_l2[i] << ", none " << none.relative_l2[i]
               << "\n";
-    EXPECT_LT(weighted.relative_l2[i], unweighted.relative_l2[i]) << "layer " << l;
-    EXPECT_LT(unweighted.relative_l2[i], none.relative_l2[i]) << "layer " << l;
+    // The README's table, to 3% (float rounding differs between builds, not the draws).
+    const double table[kLayers][3] = {
+        {0.108, 0.180, 0.180}, {0.118, 0.197, 0.197}, {0.137, 0.303, 0.303}};
+    EXPECT_NEAR(weighted.relative_l2[i], table[l][0], 0.03 * table[l][0]) << "layer " << l;
+    EXPECT_NEAR(unweighted.relative_l2[i], table[l][1], 0.03 * table[l][1]) << "layer " << l;
+    EXPECT_NEAR(none.relative_l2[i], table[l][2], 0.03 * table[l][2]) << "layer " << l;
+    // The weighted token's gain is large; the unweighted one's over plain truncation is within
+    // 1% (it carries 1/D of the dropped mass), so no ordering between those two is claimed.
+    EXPECT_LT(1.5 * weighted.relative_l2[i], unweighted.relative_l2[i]) << "layer " << l;
+    EXPECT_NEAR(unweighted.relative_l2[i], none.relative_l2[i], 0.01 * none.relative_l2[i])
+        << "layer " << l;
   }
   EXPECT_TRUE(weighted.retrieval_exact && unweighted.retrieval_exact && none.retrieval_exact)
       << "retrieval groups must decode exactly as on the full cache";

@@ -174,9 +174,10 @@ TEST(RazorkvHarness, FidelityAndMemoryAtEqualBudget) {
     EXPECT_LE(run.kv_bytes, entries * heads * entry_bytes) << p.name;
     EXPECT_GE(run.kv_bytes, (entries - 1) * heads * entry_bytes) << p.name;
   }
-  EXPECT_LT(error["razor"] * 1.2, error["razor_no_compensation"]);
-  EXPECT_LT(error["razor"] * 1.2, error["random_heads"]);
-  EXPECT_LT(error["razor"] * 1.2, error["streaming_llm"]);
+  // Measured 0.061 for razor against 0.152, 0.515 and 0.565: asserted with a margin of 20%+.
+  EXPECT_LT(error["razor"] * 2, error["razor_no_compensation"]);
+  EXPECT_LT(error["razor"] * 6, error["random_heads"]);
+  EXPECT_LT(error["razor"] * 6, error["streaming_llm"]);
 }
 
 TEST(RazorkvHarness, BudgetsThatAPolicyCannotMeetAreErrors) {

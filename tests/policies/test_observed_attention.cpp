@@ -46,13 +46,18 @@ TYPED_TEST(RazorkvObservedAttention, MatchesTheReferenceAndSumsToOnePerQuery) {
     const razorkv::attention_mass got = razorkv::observed_attention(q, k);
     const razorkv::attention_mass want = razorkv::reference::observed_attention(q, k);
     ASSERT_EQ(got.values.size(), want.values.size());
-    EXPECT_LT(razorkv_test::max_abs_diff(got.values, want.values),
-              2e-5 * static_cast<double>(s.observed));
+    // Each mass is a sum of float probabilities, each within a relative 1e-4 of the double
+    // reference's (the logits' float rounding), so the bound is relative to the mass itself.
     const index_t group = s.query_heads / s.kv_heads;
+    for (std::size_t i = 0; i < got.values.size(); ++i) {
+      EXPECT_NEAR(got.values[i], want.values[i], 1e-4 * want.values[i] + 1e-9) << "value " << i;
+    }
+    // The kernel's masses add up to one per (query head, observed query).
     for (index_t h = 0; h < s.kv_heads; ++h) {
       double total = 0;
-      for (index_t j = 0; j < s.tokens; ++j) total += want.head(h)[j];
-      EXPECT_NEAR(total, static_cast<double>(group * s.observed), 1e-9);
+      for (index_t j = 0; j < s.tokens; ++j) total += got.head(h)[j];
+      EXPECT_NEAR(total, static_cast<double>(group * s.observed),
+                  1e-5 * static_cast<double>(group * s.observed));
     }
   }
 }

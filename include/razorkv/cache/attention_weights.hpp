@@ -67,7 +67,9 @@ class attention_weights {
   index_t num_query_heads() const noexcept { return num_query_heads_; }
   index_t num_kv_heads() const noexcept { return static_cast<index_t>(entries_.size()); }
   /// Query heads per kv head.
-  index_t group() const noexcept { return entries_.empty() ? 0 : num_query_heads_ / num_kv_heads(); }
+  index_t group() const noexcept {
+    return entries_.empty() ? 0 : num_query_heads_ / num_kv_heads();
+  }
   /// Entries of kv head h the weights cover.
   index_t entries(index_t kv_head) const {
     check_kv_head(kv_head, "attention_weights::entries");
@@ -86,8 +88,7 @@ class attention_weights {
   }
   /// The weights of one query: [entries of its kv head].
   const float* query(index_t token, index_t query_head) const {
-    RAZORKV_CHECK(token >= 0 && token < tokens_ && query_head >= 0 &&
-                      query_head < num_query_heads_,
+    RAZORKV_CHECK(token >= 0 && token < tokens_ && query_head >= 0 && query_head < num_query_heads_,
                   kOutOfRange, "attention_weights::query: (token ", token, ", query head ",
                   query_head, ") outside [", tokens_, ", ", num_query_heads_, ")");
     const index_t g = group();
@@ -127,8 +128,7 @@ template <class C, class = void>
 struct reports_observation : std::false_type {};
 
 template <class C>
-struct reports_observation<C,
-                           std::void_t<decltype(std::declval<const C&>().observes_attention())>>
+struct reports_observation<C, std::void_t<decltype(std::declval<const C&>().observes_attention())>>
     : std::true_type {};
 
 }  // namespace detail
