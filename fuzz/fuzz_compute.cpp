@@ -2,8 +2,9 @@
 // (NaN and infinities included, shapes kept small): scoring (from queries and keys, and from
 // probabilities), selection (by ratio, by memory budget, ALiBi), the memory calculator,
 // compression with every config field, append and decode on the razor cache, the baselines,
-// and budgets. Bad input must
-// be a razorkv::error; accepted finite input must decode as the scalar reference does.
+// budgets, and decode itself at the sizes the specialised kernels serve (head dims up to 256,
+// 16-bit storage, several causal tokens, batches, split heads, the weights handed back). Bad
+// input must be a razorkv::error; accepted finite input must decode as the scalar reference does.
 #include <razorkv/eval.hpp>
 
 #include <algorithm>
@@ -252,11 +253,110 @@ void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
   }
 }
 
+// Values for a decode source: a seeded stream in [-4, 4] (the fuzzer's bytes would not fill
+// 256-wide heads), with a few fuzzed values (NaN, infinities, huge ones) at fuzzed places.
+template <class T>
+std::vector<T> decode_values(byte_reader& in, std::size_t count, bool& finite) {
+  const std::uint64_t low = in.byte(), high = in.byte();  // in this order
+  std::uint64_t state = 0x9e3779b97f4a7c15ULL ^ (low | high << 8);
+  std::vector<T> out(count);
+  for (T& x : out) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+    x = static_cast<T>(static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 8.0f - 4.0f);
+  }
+  for (long special = in.byte() % 4 == 0 ? in.range(1, 2) : 0; special > 0 && count > 0;
+       --special) {
+    const float v = in.value();
+    const std::size_t high_byte = in.byte(), low_byte = in.byte();  // in this order
+    out[(high_byte * 256 + low_byte) % count] = static_cast<T>(v);
+    finite = finite && std::fabs(v) <= 64.0f;
+  }
+  return out;
+}
+
+template <class T>
+void fuzz_decode_typed(byte_reader& in) {
+  static constexpr index_t kDims[] = {1, 3, 16, 64, 80, 96, 128, 256, 130};
+  const index_t dim = kDims[in.byte() % 9];
+  const index_t kv_heads = in.range(1, 2), query_heads = kv_heads * in.range(1, 4);
+  const index_t batch = in.range(1, 3), tokens = batch > 1 ? 1 : in.range(1, 4);
+  razorkv::attention_options options;
+  options.max_entries_per_task = in.range(0, 3) == 0 ? 0 : in.range(1, 80);
+  const bool want_weights = in.byte() % 2 == 0;
+  bool finite = true;
+  std::vector<razorkv::dense_kv_cache<T>> caches;
+  for (index_t b = 0; b < batch; ++b) {
+    const index_t length = tokens + in.range(0, 255) + in.range(0, 255);
+    const auto n = static_cast<std::size_t>(length * kv_heads * dim);
+    const std::vector<T> k = decode_values<T>(in, n, finite), v = decode_values<T>(in, n, finite);
+    caches.emplace_back(1, kv_heads, dim);
+    caches.back().append(0, layer_view<const T>::nhd(k.data(), length, kv_heads, dim),
+                         layer_view<const T>::nhd(v.data(), length, kv_heads, dim));
+  }
+  const std::vector<float> queries = decode_values<float>(
+      in, static_cast<std::size_t>(batch * tokens * query_heads * dim), finite);
+  std::vector<float> out(queries.size());
+  std::vector<razorkv::attention_weights> weights(static_cast<std::size_t>(batch));
+  const auto q = layer_view<const float>::nhd(queries.data(), batch * tokens, query_heads, dim);
+  const auto o = layer_view<float>::nhd(out.data(), batch * tokens, query_heads, dim);
+  if (batch == 1) {
+    if (want_weights) {
+      razorkv::decode_attention_multi(caches[0], 0, q, o, weights[0], options);
+    } else {
+      razorkv::decode_attention_multi(caches[0], 0, q, o, options);
+    }
+  } else {
+    std::vector<const razorkv::dense_kv_cache<T>*> sources;
+    std::vector<razorkv::attention_weights*> wanted;
+    for (std::size_t b = 0; b < caches.size(); ++b) {
+      sources.push_back(&caches[b]);
+      wanted.push_back(want_weights ? &weights[b] : nullptr);
+    }
+    razorkv::decode_attention_batch(sources.data(), batch, 0, q, o, wanted.data(), options);
+  }
+  if (!finite) return;
+  for (index_t b = 0; b < batch; ++b) {
+    const auto qb = q.middle_tokens(b * tokens, tokens);
+    const std::vector<double> want =
+        razorkv::reference::decode_attention_multi(caches[static_cast<std::size_t>(b)], 0, qb);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const float got = out[static_cast<std::size_t>(b * tokens * query_heads * dim) + i];
+      razorkv_fuzz::require(std::fabs(got - want[i]) <= 1e-3 * (1.0 + std::fabs(want[i])),
+                            "decode == reference");
+    }
+    if (!want_weights) continue;
+    const auto reference =
+        razorkv::reference::attention_weights_multi(caches[static_cast<std::size_t>(b)], 0, qb);
+    for (index_t t = 0; t < tokens; ++t) {
+      for (index_t h = 0; h < query_heads; ++h) {
+        const std::vector<double>& row = reference[static_cast<std::size_t>(t * query_heads + h)];
+        const float* got = weights[static_cast<std::size_t>(b)].query(t, h);
+        for (std::size_t e = 0; e < row.size(); ++e) {
+          razorkv_fuzz::require(std::fabs(got[e] - row[e]) <= 1e-4, "weights == reference");
+        }
+      }
+    }
+  }
+}
+
+void fuzz_decode(byte_reader& in) {
+  switch (in.byte() % 4) {
+    case 0:
+      return fuzz_decode_typed<float>(in);
+    case 1:
+      return fuzz_decode_typed<double>(in);
+    case 2:
+      return fuzz_decode_typed<Eigen::half>(in);
+    default:
+      return fuzz_decode_typed<Eigen::bfloat16>(in);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   byte_reader in(data, size);
-  const int operation = in.byte() % 4;
+  const int operation = in.byte() % 5;
   razorkv::model_shape shape;
   shape.num_layers = 1;
   shape.num_kv_heads = in.range(1, 3);
@@ -271,6 +371,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (operation == 3) {
       fuzz_other_selectors(in, shape);
+      return;
+    }
+    if (operation == 4) {
+      fuzz_decode(in);
       return;
     }
     const layer_data keys = make_layer(in, tokens, shape.num_kv_heads, shape.head_dim);

@@ -135,8 +135,8 @@ TEST(ThreadedDecode, ABatchOfSplitSequencesWithWeightsOnAPool) {
   std::mt19937_64 rng(92);
   std::vector<razorkv::razor_kv_cache<float>> caches;
   for (int s = 0; s < 3; ++s) caches.push_back(mixed_cache(rng, serial()));
-  const std::vector<float> queries = razorkv_test::random_values<float>(
-      static_cast<std::size_t>(3 * kQueryHeads * kDim), rng);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(3 * kQueryHeads * kDim), rng);
   const auto q = layer_view<const float>::nhd(queries.data(), 3, kQueryHeads, kDim);
   const razorkv::razor_kv_cache<float>* pointers[] = {&caches[0], &caches[1], &caches[2]};
   const auto run = [&](const razorkv::parallel_for_fn& fan_out, std::vector<float>& out,
