@@ -4,7 +4,8 @@
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory and find_package), benchmark and demo smoke runs;
 #     then valgrind memcheck on most of those unit tests;
-#  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests;
+#  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
+#     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
 #  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 60) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -40,7 +41,7 @@ echo "== razorkv: Clang, C++20, -march=native, ASan + UBSan"
 razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 \
   -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF -DRAZORKV_BUILD_TOOLS=OFF \
-  -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON
+  -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON -DRAZORKV_TEST_LEVEL=2
 (cd "$build/asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (sanitizer build)"
 

@@ -93,37 +93,40 @@ TYPED_TEST_SUITE(RazorkvDecode, razorkv_test::storage_dtypes);
 TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
   using T = TypeParam;
   using Acc = razorkv::accum_t<T>;
-  std::mt19937_64 rng(20261202);
   std::vector<index_t> token_counts = {1, 2, 3, 7, 17, 64, 1000, 4099};
-  std::vector<index_t> dims = {64, 80, 128, 33};
+  std::vector<index_t> dims = {64, 80, 96, 128, 256, 33};  // every specialised kernel, and not
   std::vector<index_t> groups = {1, 4, 8};
   if (RAZORKV_TEST_LEVEL == 0) token_counts = {1, 17, 1000};
   const index_t kv_heads = 2;
-  for (index_t tokens : token_counts) {
-    for (index_t dim : dims) {
-      for (index_t group : groups) {
-        SCOPED_TRACE(::testing::Message() << razorkv::dtype_name<T>() << " tokens " << tokens
-                                          << " dim " << dim << " group " << group);
-        const auto data = random_heads<T>(kv_heads, tokens, dim, rng);
-        const auto cache = split_at_random(data, tokens, dim, rng);
-        const index_t query_heads = kv_heads * group;
-        // Queries in the accumulation type of T, and once in T itself.
-        const auto queries =
-            razorkv_test::random_values<Acc>(static_cast<std::size_t>(query_heads * dim), rng, 2.0);
-        const auto expected = razorkv::reference::decode_attention(
-            cache, 0, matrix_view<const Acc>(queries.data(), query_heads, dim));
-        const auto got = run_decode(cache, queries, query_heads);
-        EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-                  tolerance<T>(razorkv_test::max_abs(expected)));
+  for (const std::uint64_t seed : razorkv_test::test_seeds(20261202)) {
+    std::mt19937_64 rng(seed);
+    for (index_t tokens : token_counts) {
+      for (index_t dim : dims) {
+        for (index_t group : groups) {
+          SCOPED_TRACE(::testing::Message()
+                       << razorkv::dtype_name<T>() << " seed " << seed << " tokens " << tokens
+                       << " dim " << dim << " group " << group);
+          const auto data = random_heads<T>(kv_heads, tokens, dim, rng);
+          const auto cache = split_at_random(data, tokens, dim, rng);
+          const index_t query_heads = kv_heads * group;
+          // Queries in the accumulation type of T, and once in T itself.
+          const auto queries = razorkv_test::random_values<Acc>(
+              static_cast<std::size_t>(query_heads * dim), rng, 2.0);
+          const auto expected = razorkv::reference::decode_attention(
+              cache, 0, matrix_view<const Acc>(queries.data(), query_heads, dim));
+          const auto got = run_decode(cache, queries, query_heads);
+          EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
+                    tolerance<T>(razorkv_test::max_abs(expected)));
 
-        if (tokens == 17) {
-          std::vector<T> narrow(queries.size());
-          for (std::size_t i = 0; i < queries.size(); ++i) narrow[i] = static_cast<T>(queries[i]);
-          const auto expected_narrow = razorkv::reference::decode_attention(
-              cache, 0, matrix_view<const T>(narrow.data(), query_heads, dim));
-          EXPECT_LE(
-              razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
-              tolerance<T>(razorkv_test::max_abs(expected_narrow)));
+          if (tokens == 17) {
+            std::vector<T> narrow(queries.size());
+            for (std::size_t i = 0; i < queries.size(); ++i) narrow[i] = static_cast<T>(queries[i]);
+            const auto expected_narrow = razorkv::reference::decode_attention(
+                cache, 0, matrix_view<const T>(narrow.data(), query_heads, dim));
+            EXPECT_LE(
+                razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
+                tolerance<T>(razorkv_test::max_abs(expected_narrow)));
+          }
         }
       }
     }

@@ -47,52 +47,54 @@ TYPED_TEST_SUITE(DecodeWeights, razorkv_test::storage_dtypes);
 // compensation token of 37 tokens); every head length around the kernel's 64-row block.
 TYPED_TEST(DecodeWeights, EqualTheReferenceOverRaggedSpansGqaMasksAndSplits) {
   using T = TypeParam;
-  std::mt19937_64 rng(41);
-  for (const index_t dim : {index_t{5}, index_t{64}, index_t{128}}) {
-    for (const index_t group : {index_t{1}, index_t{3}, index_t{8}}) {
-      const index_t kv_heads = 3, query_heads = kv_heads * group;
-      razorkv_test::span_list_cache<T> source(kv_heads, dim);
-      const index_t lengths[3][3] = {{4, 1, 60}, {63, 1, 130}, {1, 1, 1}};
-      for (index_t h = 0; h < kv_heads; ++h) {
-        for (index_t s = 0; s < 3; ++s) {
-          const index_t rows = lengths[h][s];
-          const auto n = static_cast<std::size_t>(rows * dim);
-          const std::vector<T> k = razorkv_test::random_values<T>(n, rng),
-                               v = razorkv_test::random_values<T>(n, rng);
-          source.add_span(h, k.data(), v.data(), rows, s == 1 ? std::log(37.0f) : 0.0f,
-                          /*padding=*/s);
+  for (const std::uint64_t seed : razorkv_test::test_seeds(41)) {
+    std::mt19937_64 rng(seed);
+    for (const index_t dim : {index_t{5}, index_t{64}, index_t{128}}) {
+      for (const index_t group : {index_t{1}, index_t{3}, index_t{8}}) {
+        const index_t kv_heads = 3, query_heads = kv_heads * group;
+        razorkv_test::span_list_cache<T> source(kv_heads, dim);
+        const index_t lengths[3][3] = {{4, 1, 60}, {63, 1, 130}, {1, 1, 1}};
+        for (index_t h = 0; h < kv_heads; ++h) {
+          for (index_t s = 0; s < 3; ++s) {
+            const index_t rows = lengths[h][s];
+            const auto n = static_cast<std::size_t>(rows * dim);
+            const std::vector<T> k = razorkv_test::random_values<T>(n, rng),
+                                 v = razorkv_test::random_values<T>(n, rng);
+            source.add_span(h, k.data(), v.data(), rows, s == 1 ? std::log(37.0f) : 0.0f,
+                            /*padding=*/s);
+          }
         }
-      }
-      for (const index_t tokens : {index_t{1}, index_t{3}}) {
-        for (const index_t per_task : {index_t{0}, index_t{50}}) {
-          const std::vector<float> queries = razorkv_test::random_values<float>(
-              static_cast<std::size_t>(tokens * query_heads * dim), rng);
-          const auto q = layer_view<const float>::nhd(queries.data(), tokens, query_heads, dim);
-          std::vector<float> out(queries.size()), plain(queries.size());
-          razorkv::attention_options options;
-          options.max_entries_per_task = per_task;
-          razorkv::attention_weights weights;
-          razorkv::decode_attention_multi(
-              source, 0, q, layer_view<float>::nhd(out.data(), tokens, query_heads, dim), weights,
-              options);
-          razorkv::decode_attention_multi(
-              source, 0, q, layer_view<float>::nhd(plain.data(), tokens, query_heads, dim),
-              options);
-          const auto want = razorkv::reference::attention_weights_multi(source, 0, q);
-          EXPECT_LE(max_weight_error(weights, want, tokens, query_heads), 2e-6)
-              << "dim " << dim << " group " << group << " tokens " << tokens << " per task "
-              << per_task;
-          // Asking for the weights changes no output bit.
-          EXPECT_EQ(out, plain);
-          // A query's weights sum to one; the causal mask hides the newer new tokens exactly.
-          for (index_t h = 0; h < query_heads; ++h) {
-            const index_t entries = weights.entries(h / group);
-            for (index_t t = 0; t < tokens; ++t) {
-              const float* w = weights.query(t, h);
-              double total = 0;
-              for (index_t e = 0; e < entries; ++e) total += w[e];
-              EXPECT_NEAR(total, 1.0, 1e-5);
-              for (index_t e = entries - tokens + 1 + t; e < entries; ++e) EXPECT_EQ(w[e], 0.0f);
+        for (const index_t tokens : {index_t{1}, index_t{3}}) {
+          for (const index_t per_task : {index_t{0}, index_t{50}}) {
+            const std::vector<float> queries = razorkv_test::random_values<float>(
+                static_cast<std::size_t>(tokens * query_heads * dim), rng);
+            const auto q = layer_view<const float>::nhd(queries.data(), tokens, query_heads, dim);
+            std::vector<float> out(queries.size()), plain(queries.size());
+            razorkv::attention_options options;
+            options.max_entries_per_task = per_task;
+            razorkv::attention_weights weights;
+            razorkv::decode_attention_multi(
+                source, 0, q, layer_view<float>::nhd(out.data(), tokens, query_heads, dim), weights,
+                options);
+            razorkv::decode_attention_multi(
+                source, 0, q, layer_view<float>::nhd(plain.data(), tokens, query_heads, dim),
+                options);
+            const auto want = razorkv::reference::attention_weights_multi(source, 0, q);
+            EXPECT_LE(max_weight_error(weights, want, tokens, query_heads), 2e-6)
+                << "seed " << seed << " dim " << dim << " group " << group << " tokens " << tokens
+                << " per task " << per_task;
+            // Asking for the weights changes no output bit.
+            EXPECT_EQ(out, plain);
+            // A query's weights sum to one; the causal mask hides the newer new tokens exactly.
+            for (index_t h = 0; h < query_heads; ++h) {
+              const index_t entries = weights.entries(h / group);
+              for (index_t t = 0; t < tokens; ++t) {
+                const float* w = weights.query(t, h);
+                double total = 0;
+                for (index_t e = 0; e < entries; ++e) total += w[e];
+                EXPECT_NEAR(total, 1.0, 1e-5);
+                for (index_t e = entries - tokens + 1 + t; e < entries; ++e) EXPECT_EQ(w[e], 0.0f);
+              }
             }
           }
         }

@@ -5,6 +5,7 @@
 #include <razorkv/razorkv.hpp>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "support/expect_error.hpp"
@@ -110,6 +111,98 @@ TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
     }
   }
   EXPECT_EQ(razorkv::held_kv_bytes(cache), kv_heads * 20 * 2 * dim * 4);
+}
+
+TEST(RazorkvH2o, ObservingSeveralTokensAddsTheirCausallyMaskedWeights) {
+  const index_t dim = 16, kv_heads = 2, query_heads = 6, prompt = 40, step = 3, total = 43;
+  std::mt19937_64 rng(12);
+  const auto keys =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(total * kv_heads * dim), rng);
+  const auto queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(total * query_heads * dim), rng);
+  const auto k = layer_view<const float>::nhd(keys.data(), total, kv_heads, dim);
+  const auto q = layer_view<const float>::nhd(queries.data(), total, query_heads, dim);
+  razorkv::h2o_kv_cache<float> cache(1, kv_heads, dim, 20);
+  cache.compress_layer(
+      0, k.middle_tokens(0, prompt), k.middle_tokens(0, prompt),
+      razorkv::observed_attention(q.middle_tokens(prompt - 8, 8), k.middle_tokens(0, prompt)));
+  cache.append(0, k.middle_tokens(prompt, step), k.middle_tokens(prompt, step));
+  std::vector<std::vector<double>> before;
+  for (index_t h = 0; h < kv_heads; ++h) before.push_back(cache.scores(0, h));
+  std::vector<float> out(static_cast<std::size_t>(step * query_heads * dim));
+  razorkv::attention_weights weights;
+  const auto new_queries = q.middle_tokens(prompt, step);
+  razorkv::decode_attention_multi(
+      cache, 0, new_queries, layer_view<float>::nhd(out.data(), step, query_heads, dim), weights);
+  razorkv::observe_decode(cache, 0, weights);
+  const auto want = razorkv::reference::attention_weights_multi(cache, 0, new_queries);
+  const index_t group = query_heads / kv_heads;
+  for (index_t h = 0; h < kv_heads; ++h) {
+    const std::vector<double> after = cache.scores(0, h);
+    const auto entries = static_cast<index_t>(after.size());
+    for (index_t e = 0; e < entries; ++e) {
+      double added = 0;
+      for (index_t t = 0; t < step; ++t) {
+        for (index_t g = 0; g < group; ++g)
+          added += want[static_cast<std::size_t>(t * query_heads + h * group + g)]
+                       [static_cast<std::size_t>(e)];
+      }
+      EXPECT_NEAR(after[static_cast<std::size_t>(e)] -
+                      before[static_cast<std::size_t>(h)][static_cast<std::size_t>(e)],
+                  added, 1e-6)
+          << "kv head " << h << " entry " << e;
+    }
+    // The first new token reads neither of the two after it, the second not the last.
+    for (index_t g = 0; g < group; ++g) {
+      EXPECT_EQ(weights.query(0, h * group + g)[entries - 1], 0.0f);
+      EXPECT_EQ(weights.query(0, h * group + g)[entries - 2], 0.0f);
+      EXPECT_EQ(weights.query(1, h * group + g)[entries - 1], 0.0f);
+      EXPECT_GT(weights.query(2, h * group + g)[entries - 1], 0.0f);
+    }
+  }
+}
+
+TEST(RazorkvH2o, ObserveRejectsWeightsOfAnotherStep) {
+  const index_t dim = 8;
+  std::vector<float> kv(12 * dim, 0.5f);
+  const auto view = layer_view<const float>::nhd(kv.data(), 12, 1, dim);
+  razorkv::h2o_kv_cache<float> cache(1, 1, dim, 6);
+  cache.compress_layer(0, view.middle_tokens(0, 10), view.middle_tokens(0, 10),
+                       mass_of(std::vector<double>(10, 0.1)));
+  const std::vector<float> query(static_cast<std::size_t>(dim), 1.0f);
+  std::vector<float> out(query.size());
+  razorkv::attention_weights weights;
+  razorkv::decode_attention(cache, 0, razorkv::matrix_view<const float>(query.data(), 1, dim),
+                            razorkv::matrix_view<float>(out.data(), 1, dim), weights);
+  const std::vector<double> scores = cache.scores(0, 0);
+  // Another kv head count, a bad value, more tokens than the window: errors, scores unchanged.
+  razorkv::attention_weights other;
+  other.reset(1, 2, {6, 6});
+  RAZORKV_EXPECT_ERROR(cache.observe(0, other), kShapeMismatch,
+                       "weights cover 2 kv heads, the cache has 1");
+  razorkv::attention_weights bad = weights;
+  bad.kv_head(0)(0, 2) = NAN;
+  RAZORKV_EXPECT_ERROR(cache.observe(0, bad), kInvalidArgument,
+                       "weight (nan) of kv head 0 row 0 entry 2 is not a finite probability");
+  razorkv::attention_weights long_step;
+  long_step.reset(4, 1, {6});
+  RAZORKV_EXPECT_ERROR(cache.observe(0, long_step), kInvalidArgument,
+                       "weights.tokens() (4) exceeds the recent window (3)");
+  EXPECT_EQ(cache.scores(0, 0), scores);
+  // After another append the head is the same size but holds other tokens: the same shape
+  // passes the check, so the contract (observe before the next append) is the caller's. A
+  // step that changed the head's size is caught.
+  razorkv::h2o_kv_cache<float> growing(1, 1, dim, 12);
+  growing.compress_layer(0, view.middle_tokens(0, 4), view.middle_tokens(0, 4),
+                         mass_of(std::vector<double>(4, 0.1)));
+  razorkv::attention_weights stale;
+  razorkv::decode_attention(growing, 0, razorkv::matrix_view<const float>(query.data(), 1, dim),
+                            razorkv::matrix_view<float>(out.data(), 1, dim), stale);
+  growing.append(0, view.middle_tokens(4, 1), view.middle_tokens(4, 1));
+  RAZORKV_EXPECT_ERROR(growing.observe(0, stale), kShapeMismatch,
+                       "weights of kv head 0 cover 4 entries, the head holds 5");
+  cache.observe(0, weights);
+  EXPECT_NE(cache.scores(0, 0), scores);
 }
 
 TEST(RazorkvH2o, StaysWithinItsBudgetForAnyPromptLength) {

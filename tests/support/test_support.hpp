@@ -30,6 +30,16 @@ constexpr double accum_epsilon() {
   return std::is_same_v<T, double> ? 1.1e-16 : 6.0e-8;
 }
 
+/// Seeds of a randomised test: `first` alone, and at the exhaustive level (RAZORKV_TEST_LEVEL
+/// >= 2, which CI's sanitizer build uses) four more, so that a sweep meets other draws too.
+inline std::vector<std::uint64_t> test_seeds(std::uint64_t first) {
+  std::vector<std::uint64_t> seeds{first};
+  if (RAZORKV_TEST_LEVEL >= 2) {
+    for (std::uint64_t i = 1; i <= 4; ++i) seeds.push_back(first + 7919 * i);
+  }
+  return seeds;
+}
+
 /// n values ~ N(0, stddev^2), rounded to T.
 template <class T>
 std::vector<T> random_values(std::size_t n, std::mt19937_64& rng, double stddev = 1.0) {
