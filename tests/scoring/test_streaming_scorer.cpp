@@ -131,6 +131,30 @@ TEST(RazorkvStreamingScorer, AlibiScaleAndSubsamplingAgreeWithDenseScorer) {
   expect_close(razorkv::score_from_queries_keys(probe, qv, kv, options), dense, 1e-5);
 }
 
+// Everything at once, in every dtype: several tiles in both directions (L = 601 > 512 columns
+// and > 128 rows), GQA groups of 2, ALiBi, an explicit scale and query-row subsampling.
+TYPED_TEST(RazorkvStreamingScorer, MultiTileGqaAlibiAndSubsamplingTogether) {
+  using T = TypeParam;
+  std::mt19937_64 rng(31);
+  const auto probe = make_probe(300, 2, false);
+  const index_t dim = 16, q_heads = 4, kv_heads = 2, length = probe.length();
+  ASSERT_GT(length, 512);
+  std::vector<T> q, k;
+  random_qk(probe, q_heads, kv_heads, dim, rng, q, k);
+  const auto qv = layer_view<const T>::nhd(q.data(), length, q_heads, dim);
+  const auto kv = layer_view<const T>::nhd(k.data(), length, kv_heads, dim);
+  razorkv::qk_scoring_options options;
+  options.scale = 0.3;
+  options.alibi_slopes = {0.25, 0.0625, 0.015625, 0.0};
+  options.row_step = 2;
+  const auto probs = razorkv_test::reference_probabilities(qv, kv, 0.3, options.alibi_slopes);
+  razorkv::scoring_options dense_options;
+  dense_options.row_step = 2;
+  const auto dense =
+      razorkv::score_from_probabilities(probe, probs.data(), q_heads, length, dense_options);
+  expect_close(razorkv::score_from_queries_keys(probe, qv, kv, options), dense, 1e-5);
+}
+
 TEST(RazorkvStreamingScorer, BadInputIsANamedError) {
   const auto probe = make_probe(5, 2, false);
   const index_t length = probe.length(), dim = 4;
