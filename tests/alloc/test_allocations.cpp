@@ -9,6 +9,7 @@
 #include <razorkv/compress/razor_cache.hpp>
 #include <razorkv/policies/h2o.hpp>
 #include <razorkv/policies/observed_attention.hpp>
+#include <razorkv/policies/selected_cache.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -118,18 +119,61 @@ TEST(Allocations, BoundedDecodeAppendsWithoutAllocatingWithinTheReserve) {
   const token_source kv(kPrompt + 2 * kSteps, kKvHeads, kDim, rng);
   razorkv::razor_kv_cache<float> cache = bounded_cache(kSteps);
   cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  index_t t = kPrompt;
   {
-    // kSteps tokens: local heads slide their windows, the retrieval head fills its reserve.
+    // Local heads slide their windows; the retrieval head fills its room (the reserve, rounded
+    // up to whole decode blocks), which allocated_bytes_after foresees.
     const allocation_count count;
-    for (index_t t = 0; t < kSteps; ++t) {
-      cache.append(0, kv.tokens(kPrompt + t, 1), kv.tokens(kPrompt + t, 1));
-    }
+    for (; cache.allocated_bytes_after(1) == cache.allocated_bytes(); ++t)
+      cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
     EXPECT_EQ(count(), 0);
+    EXPECT_GE(t - kPrompt, kSteps);
   }
-  // Past the reserve the retrieval head keeps every token, so it grows: the claim's limit.
+  // Past its room the retrieval head keeps every token in a new block of growth_rows rows: K
+  // and V of one block (and the block list), never a copy of what it holds.
+  const index_t predicted = cache.allocated_bytes_after(1);
   const allocation_count count;
-  cache.append(0, kv.tokens(kPrompt + kSteps, 1), kv.tokens(kPrompt + kSteps, 1));
-  EXPECT_GT(count(), 0);
+  cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+  EXPECT_GE(count(), 2);
+  EXPECT_LE(count(), 3);
+  EXPECT_EQ(count.bytes() >= 2 * 256 * kDim * static_cast<long>(sizeof(float)), true);
+  EXPECT_EQ(cache.allocated_bytes(), predicted);
+}
+
+TEST(Allocations, AGrowingHeadChainsBlocksAndNeverMovesWhatItHolds) {
+  std::mt19937_64 rng(77);
+  const index_t steps = 1000;
+  const token_source kv(kPrompt + steps, kKvHeads, kDim, rng);
+  razorkv::head_plan plan(razorkv::model_shape{1, 8, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  razorkv::razor_config config;  // append mode: every head grows
+  config.fixed_window = 32;
+  razorkv::razor_kv_cache<float> cache(plan, config);
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  const auto span_rows = [&](const std::vector<index_t>& spans) {
+    std::vector<const float*> rows;
+    for (index_t h = 0; h < kKvHeads; ++h) {
+      for (index_t s = 0; s < spans[static_cast<std::size_t>(h)]; ++s)
+        rows.push_back(cache.span(0, h, s).keys.data());
+    }
+    return rows;
+  };
+  std::vector<index_t> spans;
+  for (index_t h = 0; h < kKvHeads; ++h) spans.push_back(cache.num_spans(0, h));
+  const std::vector<const float*> first_rows = span_rows(spans);
+  const allocation_count count;
+  for (index_t t = kPrompt; t < kPrompt + steps; ++t)
+    cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+  // Every head chained ceil((steps - room) / 256) blocks: two buffers each, plus the lists.
+  const long blocks_per_head = (steps + 255) / 256;
+  EXPECT_LE(count(), kKvHeads * blocks_per_head * 3);
+  EXPECT_LT(count.bytes(), kKvHeads * (blocks_per_head + 1) * 2 * 256 * kDim * 4);
+  // The spans compression made are where they were; the blocks are spans after them.
+  EXPECT_EQ(span_rows(spans), first_rows);
+  for (index_t h = 0; h < kKvHeads; ++h) {
+    EXPECT_GT(cache.num_spans(0, h), spans[static_cast<std::size_t>(h)]);
+    EXPECT_EQ(cache.entries(0, h), razorkv::num_entries(cache, 0, h));
+  }
 }
 
 TEST(Allocations, ABoundedCacheWithoutRetrievalHeadsNeverAllocatesAfterCompression) {
@@ -144,6 +188,25 @@ TEST(Allocations, ABoundedCacheWithoutRetrievalHeadsNeverAllocatesAfterCompressi
     cache.append(0, kv.tokens(kPrompt + t, 3), kv.tokens(kPrompt + t, 3));
   }
   EXPECT_EQ(count(), 0);
+}
+
+TEST(Allocations, ASelectedCacheChainsABlockEvery256Tokens) {
+  std::mt19937_64 rng(78);
+  const index_t steps = 512;
+  const token_source kv(kPrompt + steps, kKvHeads, kDim, rng);
+  razorkv::selected_kv_cache<float> cache(1, kKvHeads, kDim);
+  std::vector<std::vector<index_t>> keep(static_cast<std::size_t>(kKvHeads));
+  for (index_t p = 0; p < kPrompt; p += 3) {
+    for (auto& list : keep) list.push_back(p);
+  }
+  cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt), keep);
+  const allocation_count count;
+  for (index_t t = kPrompt; t < kPrompt + steps; ++t)
+    cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+  // Two blocks per head (K and V each, and the block list): nothing per token.
+  EXPECT_LE(count(), kKvHeads * 2 * 3);
+  EXPECT_EQ(cache.positions(0, 0).back(), kPrompt + steps - 1);
+  EXPECT_EQ(cache.entries(0, 0), static_cast<index_t>(keep[0].size()) + steps);
 }
 
 TEST(Allocations, CompressingAfterClearReusesTheKvBuffers) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -447,22 +448,83 @@ TYPED_TEST(RazorkvRazorCache, AppendModeKeepsEveryGeneratedToken) {
   config.s0 = 20;
   config.c = 10.0;
   config.decode_reserve = 16;
-  razor_kv_cache<T> cache(plan_with(1, 2, heads, dim, {{0, 1}}), config);
-  cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
-  const index_t dropped = cache.compensation(0, 0).count;
-  index_t held = prefill;
-  for (index_t chunk : {1, 1, 14, 1, 40, 33}) {
-    cache.append(0, all.key_view(held, chunk), all.value_view(held, chunk));
-    held += chunk;
-    EXPECT_EQ(cache.num_tokens(0), held);
-    EXPECT_EQ(cache.compensation(0, 0).count, dropped);  // nothing more is dropped
-    EXPECT_EQ(cache.entries(0, 0), 4 + 1 + 30 + (held - prefill));
-    EXPECT_EQ(cache.entries(0, 1), held);
-    const auto got = entries_of(cache, 0, 0);
-    for (index_t r = 0; r < held - prefill; ++r) {
-      expect_row(got[got.size() - static_cast<std::size_t>(held - prefill - r)],
-                 all.key(prefill + r, 0), all.value(prefill + r, 0), dim, "appended");
+  // The default blocks, and blocks of 7 rows that a chunk of 40 tokens crosses several of.
+  for (const index_t growth : {index_t{256}, index_t{7}}) {
+    config.growth_rows = growth;
+    razor_kv_cache<T> cache(plan_with(1, 2, heads, dim, {{0, 1}}), config);
+    cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
+    const index_t dropped = cache.compensation(0, 0).count;
+    index_t held = prefill;
+    for (index_t chunk : {1, 1, 14, 1, 40, 33}) {
+      cache.append(0, all.key_view(held, chunk), all.value_view(held, chunk));
+      held += chunk;
+      EXPECT_EQ(cache.num_tokens(0), held);
+      EXPECT_EQ(cache.compensation(0, 0).count, dropped);  // nothing more is dropped
+      EXPECT_EQ(cache.entries(0, 0), 4 + 1 + 30 + (held - prefill));
+      EXPECT_EQ(cache.entries(0, 1), held);
+      for (index_t h = 0; h < heads; ++h) {
+        const auto got = entries_of(cache, 0, h);
+        ASSERT_EQ(static_cast<index_t>(got.size()), cache.entries(0, h));
+        for (index_t r = 0; r < held - prefill; ++r) {
+          expect_row(got[got.size() - static_cast<std::size_t>(held - prefill - r)],
+                     all.key(prefill + r, h), all.value(prefill + r, h), dim, "appended");
+        }
+      }
     }
+  }
+}
+
+// What the cache will hold and allocate after k more tokens, foreseen before they come, in
+// both decode modes; and a retrieval head that grew across blocks still decodes bit for bit as
+// the dense cache.
+TEST(RazorkvRazorCachePlanning, BytesAfterKTokensAreWhatKTokensMake) {
+  std::mt19937_64 rng(8);
+  const index_t heads = 3, dim = 16, prefill = 500, most = 700;
+  const layer_tokens<float> all = random_tokens<float>(prefill + most, heads, dim, rng);
+  for (const auto mode : {razorkv::decode_mode::kAppend, razorkv::decode_mode::kBounded}) {
+    for (const auto compensation :
+         {razorkv::compensation_mode::kWeighted, razorkv::compensation_mode::kNone}) {
+      razor_config config;
+      config.sinks = 4;
+      config.fixed_window = 40;
+      config.decode = mode;
+      config.compensation = compensation;
+      config.growth_rows = 128;
+      razor_kv_cache<float> cache(plan_with(1, 6, heads, dim, {{0, 0}}), config);
+      cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
+      for (const index_t k : std::vector<index_t>{0, 1, 3, 36, 37, 63, 64, 65, 300, most}) {
+        razor_kv_cache<float> grown = cache;
+        const index_t kv = grown.kv_bytes_after(k), allocated = grown.allocated_bytes_after(k);
+        for (index_t t = prefill; t < prefill + k; ++t)
+          grown.append(0, all.key_view(t, 1), all.value_view(t, 1));
+        EXPECT_EQ(grown.kv_bytes(), kv) << razorkv::decode_mode_name(mode) << " k " << k;
+        EXPECT_EQ(grown.allocated_bytes(), allocated)
+            << razorkv::decode_mode_name(mode) << " k " << k;
+      }
+    }
+  }
+  RAZORKV_EXPECT_ERROR(
+      razor_kv_cache<float>(plan_with(1, 6, heads, dim, {}), razor_config{}).kv_bytes_after(-1),
+      kInvalidArgument, "tokens (-1) must be >= 0");
+
+  razor_config config;
+  config.fixed_window = 40;
+  razor_kv_cache<float> cache(plan_with(1, 6, heads, dim, {{0, 0}}), config);
+  razorkv::dense_kv_cache<float> dense(1, heads, dim);
+  cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
+  dense.append(0, all.key_view(0, prefill), all.value_view(0, prefill));
+  cache.append(0, all.key_view(prefill, most), all.value_view(prefill, most));
+  dense.append(0, all.key_view(prefill, most), all.value_view(prefill, most));
+  EXPECT_GE(cache.num_spans(0, 0), 3);  // the room compression left, then blocks
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(6 * dim), rng);
+  std::vector<float> got(queries.size()), want(queries.size());
+  razorkv::decode_attention(cache, 0, matrix_view<const float>(queries.data(), 6, dim),
+                            matrix_view<float>(got.data(), 6, dim));
+  razorkv::decode_attention(dense, 0, matrix_view<const float>(queries.data(), 6, dim),
+                            matrix_view<float>(want.data(), 6, dim));
+  for (index_t c = 0; c < 2 * dim; ++c) {  // query heads 0 and 1 read the retrieval head
+    EXPECT_EQ(got[static_cast<std::size_t>(c)], want[static_cast<std::size_t>(c)]) << c;
   }
 }
 

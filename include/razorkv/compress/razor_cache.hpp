@@ -22,6 +22,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/block_rows.hpp"
 #include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
@@ -50,8 +51,11 @@ struct razor_head {
   index_t window = 0;           // L_h; in bounded mode the ring's size (>= 1)
   detail::head_rows<T> sinks;   // [N0, dim] (non-retrieval heads)
   detail::head_rows<T> recent;  // retrieval: every token; else the window, a ring in bounded mode
-  index_t ring_start = 0;       // bounded mode: the ring row holding the oldest token
-  index_t dropped = 0;          // D: tokens folded into the compensation token
+  // Growing heads (retrieval heads; every head in append mode): the tokens appended once
+  // `recent` is full, in chained blocks of config.growth_rows rows.
+  detail::row_blocks<T> appended;
+  index_t ring_start = 0;    // bounded mode: the ring row holding the oldest token
+  index_t dropped = 0;       // D: tokens folded into the compensation token
   std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
   // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
   detail::head_rows<T> mean;
@@ -69,9 +73,11 @@ struct razor_head {
 ///    dropped tokens (mean key, mean value, count D; log-weight ln D in kWeighted mode, 0 in
 ///    kUnweighted, absent in kNone), and the last L_h tokens, L_h = max(S0, ceil(N / C)) or
 ///    the fixed or per-head window. Nothing is dropped while N <= N0 + L_h.
-/// Each head is exposed through the generic KV-cache contract as up to four spans
-/// [sinks | compensation | recent (| recent, wrapped)], so decode_attention runs on it as on
-/// any other cache.
+/// Each head is exposed through the generic KV-cache contract as spans [sinks | compensation |
+/// recent (| recent, wrapped) | appended blocks], so decode_attention runs on it as on any other
+/// cache. A growing head (a retrieval head; every head in append mode) fills the room its
+/// compression left (config.decode_reserve) and then chains blocks of config.growth_rows rows:
+/// it never copies what it holds to grow.
 ///
 /// Spans and views stay valid until the next append or compress_layer on the same layer.
 /// Distinct caches may be used from distinct threads; one cache is not synchronised.
@@ -208,29 +214,24 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
 
-    // Phase 1, which may throw: grown copies of the heads that run out of room. None while
-    // every growing head is within its capacity, and then append allocates nothing.
-    std::vector<detail::head_rows<T>> grown;
-    for (std::size_t h = 0; h < l.heads.size(); ++h) {
-      const head_state& head = l.heads[h];
-      if (!head.retrieval && config_.decode == decode_mode::kBounded) continue;
-      const index_t needed =
-          detail::checked_add(head.recent.rows(), added, "razor_kv_cache::append: rows");
-      if (needed > head.recent.capacity()) {
-        if (grown.empty()) grown.resize(l.heads.size());
-        grown[h] = head.recent.grown(
-            std::max(needed, head.recent.capacity() + head.recent.capacity() / 2));
-      }
+    // Phase 1, which may throw: the blocks growing heads need past their room (none while the
+    // room lasts, and then append allocates nothing).
+    for (head_state& head : l.heads) {
+      if (grows(head))
+        head.appended.reserve_more(added - room(head, added), config_.growth_rows, head_dim());
     }
     // Phase 2: no allocation, nothing that throws.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       head_state& head = l.heads[h];
       const matrix_view<const T> new_keys = keys.head(static_cast<index_t>(h));
       const matrix_view<const T> new_values = values.head(static_cast<index_t>(h));
-      if (head.retrieval || config_.decode == decode_mode::kAppend) {
-        if (!grown.empty() && grown[h].capacity() > 0) head.recent = std::move(grown[h]);
-        head.recent.write(head.recent.rows(), new_keys, new_values);
-        head.recent.set_rows(head.recent.rows() + added);
+      if (grows(head)) {
+        const index_t into_recent = room(head, added);
+        head.recent.write(head.recent.rows(), new_keys.middle_rows(0, into_recent),
+                          new_values.middle_rows(0, into_recent));
+        head.recent.set_rows(head.recent.rows() + into_recent);
+        head.appended.append(new_keys.middle_rows(into_recent, added - into_recent),
+                             new_values.middle_rows(into_recent, added - into_recent));
       } else {
         slide_window(head, new_keys, new_values);
       }
@@ -292,7 +293,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// Entries (rows of K and of V) the head holds, the compensation token counting as one.
   index_t entries(index_t layer, index_t kv_head) const {
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::entries");
-    return head.sinks.rows() + head.mean.rows() + head.recent.rows();
+    return head.sinks.rows() + head.mean.rows() + head.recent.rows() + head.appended.rows();
   }
   /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
   /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression.
@@ -335,11 +336,47 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     for (const layer_storage& l : layers_) {
       for (const head_state& head : l.heads) {
         total += head.sinks.allocated_bytes() + head.recent.allocated_bytes() +
-                 head.mean.allocated_bytes() +
+                 head.appended.allocated_bytes() + head.mean.allocated_bytes() +
                  static_cast<index_t>(head.sums.capacity() * sizeof(double));
       }
     }
     return total;
+  }
+
+  // --- Planning: what the cache will hold after `tokens` more decode steps ------------------
+
+  /// kv_bytes() once `tokens` more tokens are appended to every compressed layer: growing heads
+  /// gain a row per token, a bounded head's window fills up to its size and then folds into its
+  /// compensation token (which appears with the first token folded).
+  index_t kv_bytes_after(index_t tokens) const {
+    check_planned_tokens(tokens, "razor_kv_cache::kv_bytes_after");
+    index_t entries = 0;
+    for (const layer_storage& l : layers_) {
+      for (const head_state& head : l.heads) {
+        entries = detail::checked_add(entries, entries_after(head, tokens), "kv bytes");
+      }
+    }
+    return head_kv_bytes(entries, head_dim(), static_cast<index_t>(sizeof(T)));
+  }
+  /// allocated_bytes() once `tokens` more tokens are appended to every compressed layer: the
+  /// blocks growing heads chain past their room (bounded heads never allocate).
+  index_t allocated_bytes_after(index_t tokens) const {
+    check_planned_tokens(tokens, "razor_kv_cache::allocated_bytes_after");
+    index_t blocks = 0;
+    for (const layer_storage& l : layers_) {
+      for (const head_state& head : l.heads) {
+        if (grows(head)) {
+          const index_t past_room =
+              tokens - std::min(tokens, head.recent.capacity() - head.recent.rows());
+          blocks += head.appended.blocks_needed(past_room, config_.growth_rows);
+        }
+      }
+    }
+    const index_t block_bytes =
+        head_kv_bytes(config_.growth_rows, head_dim(), static_cast<index_t>(sizeof(T)));
+    return detail::checked_add(allocated_bytes(),
+                               detail::checked_mul(blocks, block_bytes, "allocated bytes"),
+                               "allocated bytes");
   }
 
  private:
@@ -348,6 +385,29 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   using skeleton::head_at;
   using skeleton::layer_at;
   using skeleton::layers_;
+
+  // Whether the head keeps every token it is appended (else it is a bounded ring).
+  bool grows(const head_state& head) const noexcept {
+    return head.retrieval || config_.decode == decode_mode::kAppend;
+  }
+  // Of `added` new tokens, how many a growing head writes into the room `recent` has left.
+  static index_t room(const head_state& head, index_t added) noexcept {
+    return std::min(added, head.recent.capacity() - head.recent.rows());
+  }
+  // Entries the head will hold after `tokens` more tokens.
+  index_t entries_after(const head_state& head, index_t tokens) const {
+    const index_t held =
+        head.sinks.rows() + head.mean.rows() + head.recent.rows() + head.appended.rows();
+    if (grows(head)) return detail::checked_add(held, tokens, "entries");
+    const index_t ring = std::min(head.window, head.recent.rows() + tokens);
+    const bool folds = head.recent.rows() + tokens > head.window;
+    const index_t mean =
+        head.mean.rows() > 0 || (folds && config_.compensation != compensation_mode::kNone) ? 1 : 0;
+    return head.sinks.rows() + mean + ring;
+  }
+  static void check_planned_tokens(index_t tokens, const char* where) {
+    RAZORKV_CHECK(tokens >= 0, kInvalidArgument, where, ": tokens (", tokens, ") must be >= 0");
+  }
 
   // Calls f(span) for the head's spans in order: sinks, compensation token, recent rows oldest
   // first ([start, capacity) then [0, wrapped) for a wrapped ring); empty parts are skipped.
@@ -369,6 +429,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t first_part = start == 0 ? rows : std::min(rows, head.window - start);
     part(head.recent, start, first_part, 0.0f);
     part(head.recent, 0, rows - first_part, 0.0f);
+    head.appended.for_each_block(
+        [&](const detail::head_rows<T>& block, index_t count) { part(block, 0, count, 0.0f); });
   }
 
   // One head's prefill as contiguous pieces, oldest first: one piece for a layer view, one per
@@ -427,9 +489,14 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head_state& head = heads[static_cast<std::size_t>(h)];
       head_state& old = kept[static_cast<std::size_t>(h)];
       head.retrieval = plan_.is_retrieval(layer, h);
+      head.appended = std::move(old.appended);  // blocks an earlier sequence grew, emptied
+      head.appended.clear();
+      // A growing head's room is rounded up to whole decode blocks, so that the blocks it chains
+      // later keep it readable as one contiguous head (a retrieval head decodes bit for bit as
+      // the dense cache does).
       if (head.retrieval) {
-        head.recent =
-            rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
+        head.recent = rows_for(old.recent, detail::whole_blocks(detail::checked_add(
+                                               tokens, config_.decode_reserve, kWhere)));
         jobs.push_back({h, tokens, 0});
         continue;
       }
@@ -442,8 +509,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
             std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
         head.recent = rows_for(old.recent, head.window);
       } else {
-        head.recent =
-            rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
+        head.recent = rows_for(old.recent, detail::whole_blocks(detail::checked_add(
+                                               keep_recent, config_.decode_reserve, kWhere)));
       }
       if (compensate) {
         head.sums = std::move(old.sums);

@@ -55,6 +55,11 @@ struct razor_config : window_rule {
   /// retrieval head; every head in append mode), so that the first decode steps never
   /// reallocate. Beyond it a head grows by half its size at a time.
   index_t decode_reserve = 0;
+  /// Rows per block that a growing head chains on once its room is used: blocks are spans of
+  /// their own, so growing never copies what the head holds (and never stalls a decode step on
+  /// a copy of the whole head). Must be >= 1; a multiple of 64 (decode's block) keeps a
+  /// retrieval head's decode bit-identical to the dense cache's.
+  index_t growth_rows = 256;
 
   /// The public deployment's fixed-capacity local heads: `capacity` entries = `sinks` sinks +
   /// 1 mean token + (capacity - sinks - 1) recent tokens, with bounded decode and an
@@ -87,6 +92,8 @@ inline void check_config(const razor_config& config, const char* where) {
   check_budget(config.budget(), where);
   RAZORKV_CHECK(config.decode_reserve >= 0, kInvalidArgument, where, ": decode_reserve (",
                 config.decode_reserve, ") must be >= 0");
+  RAZORKV_CHECK(config.growth_rows >= 1, kInvalidArgument, where, ": growth_rows (",
+                config.growth_rows, ") must be >= 1");
   RAZORKV_CHECK(config.compensation == compensation_mode::kWeighted ||
                     config.compensation == compensation_mode::kUnweighted ||
                     config.compensation == compensation_mode::kNone,

@@ -13,16 +13,14 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/block_rows.hpp"
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// Rows of K/V per online-softmax step. The kernel reads a block of K, then the same block of
-// V: 64 rows (32 KB of float K at dim 128) per stream switch keep the hardware prefetchers
-// streaming, and amortise the accumulator rescale and the vectorised exp.
-inline constexpr index_t kBlockRows = 64;
+// kBlockRows, the rows per online-softmax step, is in block_rows.hpp (the caches align to it).
 // 16-bit rows are widened to float this many at a time, so the scratch stays in L1.
 inline constexpr index_t kWidenRows = 16;
 

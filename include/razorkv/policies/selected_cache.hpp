@@ -22,16 +22,21 @@ namespace detail {
 // One kv head of a selected_kv_cache.
 template <class T>
 struct selected_head {
-  detail::head_rows<T> rows;       // [entries, head_dim], position order
-  std::vector<index_t> positions;  // [entries]
+  detail::head_rows<T> rows;       // [kept, head_dim]: the kept prompt positions, in order
+  std::vector<index_t> positions;  // [kept]
+  detail::row_blocks<T> appended;  // the tokens appended after compression, N onwards
 };
+
+// Rows per block an appended-to head chains on (see row_blocks).
+inline constexpr index_t kSelectedGrowthRows = 256;
 
 }  // namespace detail
 
 /// Per (layer, kv head): the K/V of the prompt positions a policy chose for that head, in
-/// position order, followed by every token appended after compression (one span per head). The
-/// positions differ from head to head; a GQA group is one kv head, so its query heads share one
-/// copy of the kept K/V.
+/// position order (one span), followed by every token appended after compression (in chained
+/// blocks of 256 rows, a span each: growing never copies what a head holds). The positions
+/// differ from head to head; a GQA group is one kv head, so its query heads share one copy of the
+/// kept K/V.
 ///
 /// Spans stay valid until the next append or compress_layer on the same layer.
 template <class T>
@@ -57,8 +62,12 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   }
 
   /// Sequence positions of the head's entries, in entry order (appended tokens continue from N).
-  const std::vector<index_t>& positions(index_t layer, index_t kv_head) const {
-    return head_at(layer, kv_head, "selected_kv_cache::positions").positions;
+  std::vector<index_t> positions(index_t layer, index_t kv_head) const {
+    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::positions");
+    std::vector<index_t> all = head.positions;
+    const index_t first_appended = num_tokens(layer) - head.appended.rows();
+    for (index_t t = 0; t < head.appended.rows(); ++t) all.push_back(first_appended + t);
+    return all;
   }
 
   /// Keeps, for every kv head h, the prompt positions `keep[h]` (strictly increasing, in
@@ -107,8 +116,9 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   }
 
   /// The contract's append: every kv head of a compressed layer keeps the new tokens
-  /// ([tokens, num_kv_heads, head_dim], any layout, not pointing into this cache). On error
-  /// (including a failed allocation) nothing changes.
+  /// ([tokens, num_kv_heads, head_dim], any layout, not pointing into this cache). Allocates
+  /// only a new block every 256 tokens. On error (including a failed allocation) nothing
+  /// changes.
   void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
     constexpr const char* kWhere = "selected_kv_cache::append";
     layer_storage& l = layer_at(layer, kWhere);
@@ -118,45 +128,38 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     const index_t added = keys.tokens();
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
-    std::vector<detail::head_rows<T>> grown(l.heads.size());
-    std::vector<std::vector<index_t>> positions(l.heads.size());
-    for (std::size_t h = 0; h < l.heads.size(); ++h) {
-      const detail::head_rows<T>& rows = l.heads[h].rows;
-      const index_t needed =
-          detail::checked_add(rows.rows(), added, "selected_kv_cache::append: rows");
-      if (needed > rows.capacity())
-        grown[h] = rows.grown(std::max(needed, rows.capacity() + rows.capacity() / 2));
-      positions[h].reserve(l.heads[h].positions.size() + static_cast<std::size_t>(added));
-      positions[h] = l.heads[h].positions;
-      for (index_t t = 0; t < added; ++t) positions[h].push_back(l.tokens + t);
-    }
+    for (head_state& head : l.heads)  // may throw; changes nothing visible
+      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim());
     // No allocation and nothing that throws from here on.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
-      head_state& head = l.heads[h];
-      if (grown[h].capacity() > 0) head.rows = std::move(grown[h]);
-      head.rows.write(head.rows.rows(), keys.head(static_cast<index_t>(h)),
-                      values.head(static_cast<index_t>(h)));
-      head.rows.set_rows(head.rows.rows() + added);
-      head.positions.swap(positions[h]);
+      l.heads[h].appended.append(keys.head(static_cast<index_t>(h)),
+                                 values.head(static_cast<index_t>(h)));
     }
     l.tokens = total;
   }
 
   index_t num_spans(index_t layer, index_t kv_head) const {
-    return head_at(layer, kv_head, "selected_kv_cache::num_spans").rows.rows() > 0 ? 1 : 0;
+    index_t count = 0;
+    for_each_span(head_at(layer, kv_head, "selected_kv_cache::num_spans"),
+                  [&](const kv_span<T>&) { ++count; });
+    return count;
   }
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
-    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::span");
-    RAZORKV_CHECK(i == 0 && head.rows.rows() > 0, kOutOfRange, "selected_kv_cache::span: span (", i,
-                  ") outside [0, ", head.rows.rows() > 0 ? 1 : 0, ")");
-    return kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()),
-                      0.0f};
+    kv_span<T> found;
+    index_t count = 0;
+    for_each_span(head_at(layer, kv_head, "selected_kv_cache::span"), [&](const kv_span<T>& s) {
+      if (count++ == i) found = s;
+    });
+    RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "selected_kv_cache::span: span (", i,
+                  ") outside [0, ", count, ")");
+    return found;
   }
 
   // The memory vocabulary every razorkv cache shares.
   /// Entries the head holds.
   index_t entries(index_t layer, index_t kv_head) const {
-    return head_at(layer, kv_head, "selected_kv_cache::entries").rows.rows();
+    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::entries");
+    return head.rows.rows() + head.appended.rows();
   }
   /// K/V bytes held.
   index_t kv_bytes() const { return held_kv_bytes(*this); }
@@ -164,7 +167,8 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   index_t allocated_bytes() const noexcept {
     index_t total = 0;
     for (const layer_storage& l : layers_) {
-      for (const head_state& head : l.heads) total += head.rows.allocated_bytes();
+      for (const head_state& head : l.heads)
+        total += head.rows.allocated_bytes() + head.appended.allocated_bytes();
     }
     return total;
   }
@@ -175,6 +179,17 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   using skeleton::head_at;
   using skeleton::layer_at;
   using skeleton::layers_;
+
+  // Calls f(span) for the head's non-empty spans: the kept prompt rows, then each block.
+  template <class F>
+  static void for_each_span(const head_state& head, F&& f) {
+    if (head.rows.rows() > 0)
+      f(kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()),
+                   0.0f});
+    head.appended.for_each_block([&](const detail::head_rows<T>& block, index_t rows) {
+      f(kv_span<T>{block.keys(0, rows), block.values(0, rows), 0.0f});
+    });
+  }
 };
 
 static_assert(is_kv_cache_v<selected_kv_cache<float>>,
