@@ -149,6 +149,34 @@ void BM_H2oDecodeStepWithObserve(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * cache.kv_bytes());
 }
 
+// The first decode step after compression (append the token, attend) on a fresh copy of the
+// razor cache: with growth by reallocation it copied every head; chained blocks make it cost
+// what any step costs (compare BM_PolicyDecode/razor).
+template <class T>
+void BM_RazorFirstStepAfterCompression(benchmark::State& state) {
+  const razorkv::any_kv_cache<T>& compressed = cached_policy<T>("razor");
+  const std::vector<float> queries = make_queries();
+  std::vector<T> token(static_cast<std::size_t>(kKvHeads * kHeadDim), static_cast<T>(0.25f));
+  std::vector<float> out(queries.size());
+  const auto kv = razorkv::layer_view<const T>::nhd(token.data(), 1, kKvHeads, kHeadDim);
+  const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
+  const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
+  double grown_mib = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    razorkv::any_kv_cache<T> cache = compressed;
+    state.ResumeTiming();
+    cache.append(0, kv, kv);
+    razorkv::decode_attention(cache, 0, q, o);
+    benchmark::ClobberMemory();
+    state.PauseTiming();
+    grown_mib =
+        static_cast<double>(cache.allocated_bytes() - compressed.allocated_bytes()) / (1 << 20);
+    state.ResumeTiming();
+  }
+  state.counters["grown_MiB"] = grown_mib;
+}
+
 template <class T>
 void register_policies(const char* dtype) {
   for (const std::string& policy : policy_names()) {
@@ -166,6 +194,11 @@ void register_policies(const char* dtype) {
   benchmark::RegisterBenchmark(
       ("BM_H2oDecodeStepWithObserve<" + std::string(dtype) + ">/tokens:32768").c_str(),
       BM_H2oDecodeStepWithObserve<T>)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(
+      ("BM_RazorFirstStepAfterCompression<" + std::string(dtype) + ">/tokens:32768").c_str(),
+      BM_RazorFirstStepAfterCompression<T>)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
 }
