@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/check_format.sh: fails when a C++ file of the tree (tracked, or new and not ignored) is not formatted as .clang-format
-# says (clang-format 14, Debian 12's), listing the files; with --fix it formats them instead.
+# scripts/check_format.sh: fails when a C++ file of the tree (tracked, or new and not ignored) is
+# not formatted as .clang-format says (clang-format 14, Debian 12's), listing the files; with
+# --fix it formats them instead.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

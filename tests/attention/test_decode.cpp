@@ -102,6 +102,8 @@ TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
     std::mt19937_64 rng(seed);
     for (index_t tokens : token_counts) {
       for (index_t dim : dims) {
+        // 96 and 256 add kernels, not lengths: the longest head is read by 64, 80, 128 and 33.
+        if (tokens > 1000 && (dim == 96 || dim == 256)) continue;
         for (index_t group : groups) {
           SCOPED_TRACE(::testing::Message()
                        << razorkv::dtype_name<T>() << " seed " << seed << " tokens " << tokens
