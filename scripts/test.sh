@@ -30,10 +30,11 @@ echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression,
 # select suite: GCC's code for an empty std::optional argument tests its unset payload, which
 # memcheck reports as a branch on an uninitialised value.
 for suite in cache attention compress policies io; do
-  # The soak, 10-million-fold and fidelity cases take minutes under valgrind; ASan runs them below.
+  # The soak, 10-million-fold and fidelity cases take minutes under valgrind; ASan runs them below,
+  # and ThreadSanitizer the threaded ones.
   valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     "$build/gcc/tests/razorkv_${suite}_tests" --gtest_brief=1 \
-    --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*:RazorkvBudget.*' \
+    --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*:RazorkvBudget.*:Threaded*' \
     || razorkv_fail "valgrind memcheck failed on razorkv_${suite}_tests"
 done
 
