@@ -117,16 +117,14 @@ TEST(RazorkvRazorCacheErrors, PlanForAnotherModelIsRejected) {
   EXPECT_TRUE(same_bits(before, f.snapshot()));
 }
 
-TEST(RazorkvRazorCacheErrors, MoreSinksThanTokens) {
+TEST(RazorkvRazorCacheErrors, EmptyPrefill) {
   const fixture f;
-  razor_config config;
-  config.sinks = 60;
   const auto before = f.snapshot();
-  RAZORKV_EXPECT_ERROR(razorkv::compress_cache(f.dense, f.plan, config), kInvalidArgument,
-                       "sinks (60) exceeds the prefill's tokens (50)");
   razor_kv_cache<bf16> cache(f.plan, razor_config{});
-  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(3), f.value_view(3)), kInvalidArgument,
-                       "sinks (4) exceeds");
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, f.key_view(0), f.value_view(0)), kInvalidArgument,
+                       "razor_kv_cache::compress_layer: the prefill of layer 0 has no tokens");
+  RAZORKV_EXPECT_ERROR(cache.compress_chunk(0, f.key_view(0), f.value_view(0)), kInvalidArgument,
+                       "has no tokens");
   EXPECT_FALSE(cache.is_compressed(0));
   EXPECT_EQ(cache.num_spans(0, 0), 0);
   EXPECT_TRUE(same_bits(before, f.snapshot()));

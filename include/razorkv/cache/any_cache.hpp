@@ -81,6 +81,10 @@ class any_kv_cache {
 
   /// The held cache's max_new_tokens when it has one (razor_kv_cache), else no limit.
   index_t max_new_tokens(index_t layer) const { return get().max_new_tokens(layer); }
+  /// The query heads the held cache serves when it knows them (razor_kv_cache), else 0.
+  index_t num_query_heads() const { return get().num_query_heads(); }
+  /// Whether the held cache has filled `layer` (true for caches not filled layer by layer).
+  bool is_compressed(index_t layer) const { return get().is_compressed(layer); }
 
   // The memory vocabulary every razorkv cache shares, forwarded.
   index_t entries(index_t layer, index_t kv_head) const { return get().entries(layer, kv_head); }
@@ -112,6 +116,8 @@ class any_kv_cache {
     virtual bool observes_attention() const = 0;
     virtual void observe(index_t layer, const attention_weights& weights) = 0;
     virtual index_t max_new_tokens(index_t layer) const = 0;
+    virtual index_t num_query_heads() const = 0;
+    virtual bool is_compressed(index_t layer) const = 0;
     virtual index_t entries(index_t layer, index_t kv_head) const = 0;
     virtual index_t kv_bytes() const = 0;
     virtual index_t allocated_bytes() const = 0;
@@ -152,6 +158,20 @@ class any_kv_cache {
         return cache.max_new_tokens(layer);
       } else {
         return std::numeric_limits<index_t>::max();
+      }
+    }
+    index_t num_query_heads() const override {
+      if constexpr (detail::has_num_query_heads<Cache>::value) {
+        return cache.num_query_heads();
+      } else {
+        return 0;
+      }
+    }
+    bool is_compressed(index_t layer) const override {
+      if constexpr (detail::has_is_compressed<Cache>::value) {
+        return cache.is_compressed(layer);
+      } else {
+        return true;
       }
     }
     index_t kv_bytes() const override { return held_kv_bytes(cache); }

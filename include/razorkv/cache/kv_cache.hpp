@@ -136,6 +136,25 @@ struct has_max_new_tokens<S,
                           std::void_t<decltype(std::declval<const S&>().max_new_tokens(index_t{}))>>
     : std::true_type {};
 
+// Whether a source knows the query heads it serves (razor_kv_cache: its plan's), which decode
+// then checks its queries against; 0 from such a source means "not known".
+template <class S, class = void>
+struct has_num_query_heads : std::false_type {};
+
+template <class S>
+struct has_num_query_heads<S, std::void_t<decltype(std::declval<const S&>().num_query_heads())>>
+    : std::true_type {};
+
+// Whether a source fills its layers one by one (the compressing caches), so that decode can say
+// a layer was never filled rather than that it holds no entries.
+template <class S, class = void>
+struct has_is_compressed : std::false_type {};
+
+template <class S>
+struct has_is_compressed<S,
+                         std::void_t<decltype(std::declval<const S&>().is_compressed(index_t{}))>>
+    : std::true_type {};
+
 }  // namespace detail
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.

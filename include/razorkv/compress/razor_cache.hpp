@@ -27,6 +27,7 @@
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
+#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -48,13 +49,17 @@ namespace detail {
 template <class T>
 struct razor_head {
   bool retrieval = false;
-  index_t window = 0;           // L_h; in bounded mode the ring's size (>= 1)
-  detail::head_rows<T> sinks;   // [N0, dim] (non-retrieval heads)
-  detail::head_rows<T> recent;  // retrieval: every token; else the window, a ring in bounded mode
+  index_t window = 0;          // L_h; in bounded mode the ring's size (>= 1)
+  detail::head_rows<T> sinks;  // [<= N0, dim] (non-retrieval heads; fewer for a short prompt)
+  // Retrieval heads: every token; else the recent window. A ring over its whole capacity: its
+  // ring_rows entries start at row ring_start and wrap to row 0 (a bounded window slides, and
+  // a window that chunked prefill moves forward frees rows at its front). recent.rows() is how
+  // far rows were ever written, so that views into the ring stay inside written rows.
+  detail::head_rows<T> recent;
+  index_t ring_start = 0, ring_rows = 0;
   // Growing heads (retrieval heads; every head in append mode): the tokens appended once
   // `recent` is full, in chained blocks of config.growth_rows rows.
   detail::row_blocks<T> appended;
-  index_t ring_start = 0;    // bounded mode: the ring row holding the oldest token
   index_t dropped = 0;       // D: tokens folded into the compensation token
   std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
   // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
@@ -112,6 +117,12 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   index_t num_tokens(index_t layer) const {
     return layer_at(layer, "razor_kv_cache::num_tokens").tokens;
   }
+  /// Tokens of the layer's prompt (what compress_layer and compress_chunk were handed).
+  index_t prompt_tokens(index_t layer) const {
+    return layer_at(layer, "razor_kv_cache::prompt_tokens").prompt_tokens;
+  }
+  /// The query heads the plan was made for, which decode checks its queries against.
+  index_t num_query_heads() const noexcept { return plan_.shape().num_query_heads; }
   bool is_retrieval(index_t layer, index_t kv_head) const {
     return plan_.is_retrieval(layer, kv_head);
   }
@@ -135,9 +146,10 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
 
   /// Compresses the engine's prefill K/V of one layer into this cache. keys and values are
   /// [N, num_kv_heads, head_dim] in any layout (NHD, HND, padded), read in place: no copy of the
-  /// full layer is made, only what the cache keeps. The layer must not be compressed yet, and
-  /// N >= sinks. On error nothing changes. Heads are processed in parallel (`parallel_for`, else
-  /// OpenMP when compiled with it).
+  /// full layer is made, only what the cache keeps. The layer must not be compressed yet. A
+  /// prompt of N <= sinks + L_h tokens is kept whole (N < sinks included). With
+  /// config.check_finite, a non-finite key or value is an error naming it. On error nothing
+  /// changes. Heads are processed in parallel (`parallel_for`, else OpenMP when compiled with it).
   void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
                       const parallel_for_fn& parallel_for = {}) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
@@ -198,6 +210,97 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     compress_checked(layer, tokens, heads, parallel_for);
   }
 
+  /// Chunked prefill: compresses the next `keys.tokens()` tokens of layer `layer`'s prompt as
+  /// they arrive, so an engine never holds the layer's dense K/V (peak: the compressed cache
+  /// plus one chunk). The first chunk of a layer is compress_layer; after every chunk the layer
+  /// holds, bit for bit, the entries and compensation tokens that compress_layer over the whole
+  /// prompt so far gives (the window start N - L_h only moves forward as N grows, so a token
+  /// that has left the window never comes back). Its spans may split differently (the window
+  /// is a ring), so a decode over it agrees with one over the one-shot cache to float rounding.
+  /// Chunks end where decode begins: after an append, compress_chunk is an error. keys and
+  /// values are [tokens, num_kv_heads, head_dim], any layout; a retrieval head chains the chunk
+  /// as one block, a window that outgrows its rows moves to rows 1.5x larger. On error (a
+  /// failed allocation included) nothing changes.
+  void compress_chunk(index_t layer, layer_view<const T> keys, layer_view<const T> values,
+                      const parallel_for_fn& parallel_for = {}) {
+    constexpr const char* kWhere = "razor_kv_cache::compress_chunk";
+    layer_storage& l = layer_at(layer, kWhere);
+    if (!l.compressed) {
+      compress_layer(layer, keys, values, parallel_for);
+      return;
+    }
+    RAZORKV_CHECK(l.tokens == l.prompt_tokens, kInvalidArgument, kWhere, ": layer (", layer,
+                  ") has decoded ", l.tokens - l.prompt_tokens,
+                  " token(s) since its prompt; chunks must all come before decode");
+    detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
+    const index_t added = keys.tokens();
+    if (added == 0) return;
+    if (config_.check_finite) {
+      for (index_t h = 0; h < num_kv_heads(); ++h)
+        check_rows_finite(keys.head(h), values.head(h), layer, h, l.tokens, kWhere);
+    }
+    const index_t total = detail::checked_add(l.tokens, added, kWhere);
+    const razor_budget budget = config_.budget();
+
+    // Phase 1, which may throw: what the chunk needs allocated, kept aside until phase 2.
+    struct head_growth {
+      index_t to_sinks = 0, rule_window = 0;
+      detail::head_rows<T> rows;  // a larger window's rows, when the window outgrows its own
+    };
+    std::vector<head_growth> growth(l.heads.size());
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      head_state& head = l.heads[h];
+      head_growth& g = growth[h];
+      if (head.retrieval) {
+        // One block per chunk, in whole growth_rows (whole decode blocks): few spans.
+        const index_t block = detail::checked_mul(
+            (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
+        head.appended.reserve_more(added - room(head, added), block, head_dim());
+        continue;
+      }
+      g.to_sinks = std::min(added, config_.sinks - head.sinks.rows());
+      g.rule_window =
+          recent_window(total, budget, plan_.buffer_override(layer, static_cast<index_t>(h)));
+      const index_t kept = std::min(total - head.sinks.rows() - g.to_sinks, g.rule_window);
+      const index_t needed =
+          config_.decode == decode_mode::kBounded ? std::max<index_t>(g.rule_window, 1) : kept;
+      const index_t capacity = head.recent.capacity();
+      if (needed > capacity) {
+        const index_t reserve =
+            config_.decode == decode_mode::kBounded ? 0 : config_.decode_reserve;
+        g.rows = detail::head_rows<T>(
+            detail::whole_blocks(
+                std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2)),
+            head_dim());
+      }
+    }
+    // Phase 2: nothing allocates or throws.
+    detail::run_parallel(parallel_for, num_kv_heads(), [&](index_t h) {
+      head_state& head = l.heads[static_cast<std::size_t>(h)];
+      head_growth& g = growth[static_cast<std::size_t>(h)];
+      const matrix_view<const T> chunk_keys = keys.head(h), chunk_values = values.head(h);
+      if (head.retrieval) {
+        push_growing(head, chunk_keys, chunk_values);
+        return;
+      }
+      head.sinks.write(head.sinks.rows(), chunk_keys.middle_rows(0, g.to_sinks),
+                       chunk_values.middle_rows(0, g.to_sinks));
+      head.sinks.set_rows(head.sinks.rows() + g.to_sinks);
+      if (g.rows.capacity() > 0) move_ring(head, std::move(g.rows));
+      head.window = config_.decode == decode_mode::kBounded ? std::max<index_t>(g.rule_window, 1)
+                                                            : g.rule_window;
+      slide_window(head, chunk_keys.middle_rows(g.to_sinks, added - g.to_sinks),
+                   chunk_values.middle_rows(g.to_sinks, added - g.to_sinks), g.rule_window);
+    });
+    l.tokens = l.prompt_tokens = total;
+  }
+  /// The same for K/V whose dtype is known at run time; a dtype other than T is an error.
+  void compress_chunk(index_t layer, const any_layer_view& keys, const any_layer_view& values,
+                      const parallel_for_fn& parallel_for = {}) {
+    constexpr const char* kWhere = "razor_kv_cache::compress_chunk";
+    compress_chunk(layer, keys.as<T>(kWhere, "keys"), values.as<T>(kWhere, "values"), parallel_for);
+  }
+
   /// The contract's append: adds keys.tokens() new tokens ([tokens, num_kv_heads, head_dim], any
   /// layout, not pointing into this cache) to every head of a compressed layer. Retrieval heads
   /// and, in append mode, every head keep them; in bounded mode a non-retrieval head's window
@@ -212,6 +315,10 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t added = keys.tokens();
     if (added == 0) return;
+    if (config_.check_finite) {
+      for (index_t h = 0; h < num_kv_heads(); ++h)
+        check_rows_finite(keys.head(h), values.head(h), layer, h, l.tokens, kWhere);
+    }
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
 
     // Phase 1, which may throw: the blocks growing heads need past their room (none while the
@@ -226,14 +333,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       const matrix_view<const T> new_keys = keys.head(static_cast<index_t>(h));
       const matrix_view<const T> new_values = values.head(static_cast<index_t>(h));
       if (grows(head)) {
-        const index_t into_recent = room(head, added);
-        head.recent.write(head.recent.rows(), new_keys.middle_rows(0, into_recent),
-                          new_values.middle_rows(0, into_recent));
-        head.recent.set_rows(head.recent.rows() + into_recent);
-        head.appended.append(new_keys.middle_rows(into_recent, added - into_recent),
-                             new_values.middle_rows(into_recent, added - into_recent));
+        push_growing(head, new_keys, new_values);
       } else {
-        slide_window(head, new_keys, new_values);
+        slide_window(head, new_keys, new_values, head.window);
       }
     }
     l.tokens = total;
@@ -242,15 +344,22 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// Empties `layer` (it reads as uncompressed again) but keeps its buffers, so that the next
   /// compress_layer of a sequence no longer than this one allocates nothing: an engine that
   /// serves request after request from one cache per slot pays for fresh pages only once.
-  /// Destroy or reassign the cache to give the memory back.
+  /// release() gives the memory back instead.
   void clear(index_t layer) {
     layer_storage& l = layer_at(layer, "razor_kv_cache::clear");
-    l.tokens = 0;
+    l.tokens = l.prompt_tokens = 0;
     l.compressed = false;
   }
   /// clear(layer) for every layer.
   void clear() {
     for (index_t l = 0; l < num_layers(); ++l) clear(l);
+  }
+  /// Empties `layer` and frees every buffer it held (allocated_bytes() drops by its share): for
+  /// a finished sequence whose memory the engine wants back. The cache stays usable.
+  void release(index_t layer) { layer_at(layer, "razor_kv_cache::release") = layer_storage{}; }
+  /// release(layer) for every layer.
+  void release() {
+    for (index_t l = 0; l < num_layers(); ++l) release(l);
   }
 
   // --- The KV-cache contract -------------------------------------------------------------
@@ -293,7 +402,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// Entries (rows of K and of V) the head holds, the compensation token counting as one.
   index_t entries(index_t layer, index_t kv_head) const {
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::entries");
-    return head.sinks.rows() + head.mean.rows() + head.recent.rows() + head.appended.rows();
+    return head.sinks.rows() + head.mean.rows() + head.ring_rows + head.appended.rows();
   }
   /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
   /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression.
@@ -366,8 +475,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     for (const layer_storage& l : layers_) {
       for (const head_state& head : l.heads) {
         if (grows(head)) {
-          const index_t past_room =
-              tokens - std::min(tokens, head.recent.capacity() - head.recent.rows());
+          const index_t past_room = tokens - room(head, tokens);
           blocks += head.appended.blocks_needed(past_room, config_.growth_rows);
         }
       }
@@ -392,15 +500,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   }
   // Of `added` new tokens, how many a growing head writes into the room `recent` has left.
   static index_t room(const head_state& head, index_t added) noexcept {
-    return std::min(added, head.recent.capacity() - head.recent.rows());
+    return std::min(added, head.recent.capacity() - head.ring_rows);
   }
   // Entries the head will hold after `tokens` more tokens.
   index_t entries_after(const head_state& head, index_t tokens) const {
     const index_t held =
-        head.sinks.rows() + head.mean.rows() + head.recent.rows() + head.appended.rows();
+        head.sinks.rows() + head.mean.rows() + head.ring_rows + head.appended.rows();
     if (grows(head)) return detail::checked_add(held, tokens, "entries");
-    const index_t ring = std::min(head.window, head.recent.rows() + tokens);
-    const bool folds = head.recent.rows() + tokens > head.window;
+    const index_t ring = std::min(head.window, head.ring_rows + tokens);
+    const bool folds = head.ring_rows + tokens > head.window;
     const index_t mean =
         head.mean.rows() > 0 || (folds && config_.compensation != compensation_mode::kNone) ? 1 : 0;
     return head.sinks.rows() + mean + ring;
@@ -410,7 +518,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   }
 
   // Calls f(span) for the head's spans in order: sinks, compensation token, recent rows oldest
-  // first ([start, capacity) then [0, wrapped) for a wrapped ring); empty parts are skipped.
+  // first ([start, capacity) then [0, wrapped) for a wrapped ring), appended blocks; empty parts
+  // are skipped.
   template <class F>
   void for_each_span(const head_state& head, F&& f) const {
     const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count,
@@ -424,9 +533,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                                    : 0.0f;
       part(head.mean, 0, 1, log_weight);
     }
-    // Only a bounded head's ring (whose size is its window) ever starts past row 0.
-    const index_t rows = head.recent.rows(), start = head.ring_start;
-    const index_t first_part = start == 0 ? rows : std::min(rows, head.window - start);
+    const index_t rows = head.ring_rows, start = head.ring_start;
+    const index_t first_part = std::min(rows, head.recent.capacity() - start);
     part(head.recent, start, first_part, 0.0f);
     part(head.recent, 0, rows - first_part, 0.0f);
     head.appended.for_each_block(
@@ -461,8 +569,18 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     layer_storage& target = layer_at(layer, kWhere);
     RAZORKV_CHECK(!target.compressed, kInvalidArgument, kWhere, ": layer (", layer,
                   ") is already compressed");
-    RAZORKV_CHECK(config_.sinks <= tokens, kInvalidArgument, kWhere, ": sinks (", config_.sinks,
-                  ") exceeds the prefill's tokens (", tokens, ") in layer ", layer);
+    RAZORKV_CHECK(tokens > 0, kInvalidArgument, kWhere, ": the prefill of layer ", layer,
+                  " has no tokens");
+    if (config_.check_finite) {
+      for (index_t h = 0; h < num_kv_heads(); ++h) {
+        for_rows(sources[static_cast<std::size_t>(h)], 0, tokens,
+                 [&, first = index_t{0}](const matrix_view<const T>& k,
+                                         const matrix_view<const T>& v) mutable {
+                   check_rows_finite(k, v, layer, h, first, kWhere);
+                   first += k.rows();
+                 });
+      }
+    }
     const index_t dim = head_dim();
     const razor_budget budget = config_.budget();
     const bool compensate = config_.compensation != compensation_mode::kNone;
@@ -482,7 +600,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     };
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     struct head_job {
-      index_t head, keep_recent, dropped;
+      index_t head, sinks, keep_recent, dropped;
     };
     std::vector<head_job> jobs;
     for (index_t h = 0; h < num_kv_heads(); ++h) {
@@ -497,12 +615,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       if (head.retrieval) {
         head.recent = rows_for(old.recent, detail::whole_blocks(detail::checked_add(
                                                tokens, config_.decode_reserve, kWhere)));
-        jobs.push_back({h, tokens, 0});
+        jobs.push_back({h, 0, tokens, 0});
         continue;
       }
       head.window = recent_window(tokens, budget, plan_.buffer_override(layer, h));
-      const index_t keep_recent = std::min(tokens - config_.sinks, head.window);
-      const index_t dropped = tokens - config_.sinks - keep_recent;
+      // A prompt shorter than the sinks is all sinks; room for all of them stays for the chunks
+      // of a chunked prefill.
+      const index_t sinks = std::min(config_.sinks, tokens);
+      const index_t keep_recent = std::min(tokens - sinks, head.window);
+      const index_t dropped = tokens - sinks - keep_recent;
       head.sinks = rows_for(old.sinks, config_.sinks);
       if (bounded) {
         head.window =
@@ -517,7 +638,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
         head.mean = rows_for(old.mean, 1);
       }
-      jobs.push_back({h, keep_recent, dropped});
+      jobs.push_back({h, sinks, keep_recent, dropped});
     }
     // Longest jobs first (retrieval heads copy all N rows), so a dynamic schedule balances.
     std::stable_sort(jobs.begin(), jobs.end(), [&](const head_job& a, const head_job& b) {
@@ -528,19 +649,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       const head_job& job = jobs[static_cast<std::size_t>(j)];
       head_state& head = heads[static_cast<std::size_t>(job.head)];
       const token_pieces& source = sources[static_cast<std::size_t>(job.head)];
-      const auto copy_into = [&](detail::head_rows<T>& rows, index_t first, index_t count) {
-        for_rows(source, first, count,
-                 [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-                   rows.write(rows.rows(), k, v);
-                   rows.set_rows(rows.rows() + k.rows());
-                 });
-      };
-      const index_t sinks = head.retrieval ? 0 : config_.sinks;
-      copy_into(head.sinks, 0, sinks);
+      for_rows(source, 0, job.sinks,
+               [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+                 head.sinks.write(head.sinks.rows(), k, v);
+                 head.sinks.set_rows(head.sinks.rows() + k.rows());
+               });
       if (job.dropped > 0) {
         head.dropped = job.dropped;
         if (compensate) {
-          for_rows(source, sinks, job.dropped,
+          for_rows(source, job.sinks, job.dropped,
                    [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
                      detail::add_rows_to_sums(k, head.sums.data());
                      detail::add_rows_to_sums(v, head.sums.data() + dim);
@@ -548,12 +665,64 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
           refresh_mean(head);
         }
       }
-      copy_into(head.recent, tokens - job.keep_recent, job.keep_recent);
+      for_rows(source, tokens - job.keep_recent, job.keep_recent,
+               [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+                 push_ring(head, k, v);
+               });
     });
 
     target.heads = std::move(heads);
-    target.tokens = tokens;
+    target.tokens = target.prompt_tokens = tokens;
     target.compressed = true;
+  }
+
+  // Throws kInvalidArgument naming the first non-finite key or value of a head's rows, the first
+  // of which is the layer's token `first_token` (config.check_finite).
+  void check_rows_finite(const matrix_view<const T>& keys, const matrix_view<const T>& values,
+                         index_t layer, index_t kv_head, index_t first_token,
+                         const char* where) const {
+    for (const matrix_view<const T>* rows : {&keys, &values}) {
+      index_t row = 0, col = 0;
+      const bool finite = !detail::find_non_finite(*rows, row, col);
+      RAZORKV_CHECK(finite, kInvalidArgument, where, ": ", rows == &keys ? "key" : "value", " (",
+                    finite ? 0.0 : detail::to_double((*rows)(row, col)), ") of token ",
+                    first_token + row, " in layer ", layer, " kv head ", kv_head, " dim ", col,
+                    " is not finite (config.check_finite)");
+    }
+  }
+
+  // Writes rows at the end of the head's ring, wrapping at its capacity (which must hold them).
+  static void push_ring(head_state& head, const matrix_view<const T>& keys,
+                        const matrix_view<const T>& values) noexcept {
+    const index_t capacity = head.recent.capacity();
+    for (index_t done = 0; done < keys.rows();) {
+      const index_t slot = (head.ring_start + head.ring_rows) % capacity;
+      const index_t take = std::min(keys.rows() - done, capacity - slot);
+      head.recent.write(slot, keys.middle_rows(done, take), values.middle_rows(done, take));
+      head.recent.set_rows(std::max(head.recent.rows(), slot + take));
+      head.ring_rows += take;
+      done += take;
+    }
+  }
+  // A growing head keeps every row: the ring's room first, then chained blocks (reserved).
+  static void push_growing(head_state& head, const matrix_view<const T>& keys,
+                           const matrix_view<const T>& values) noexcept {
+    const index_t added = keys.rows(), into_ring = room(head, added);
+    push_ring(head, keys.middle_rows(0, into_ring), values.middle_rows(0, into_ring));
+    head.appended.append(keys.middle_rows(into_ring, added - into_ring),
+                         values.middle_rows(into_ring, added - into_ring));
+  }
+  // Moves the head's ring into `larger` rows, oldest first from row 0.
+  static void move_ring(head_state& head, detail::head_rows<T>&& larger) noexcept {
+    head_state moved;
+    moved.recent = std::move(larger);
+    const index_t capacity = head.recent.capacity(), start = head.ring_start;
+    const index_t first_part = std::min(head.ring_rows, capacity - start);
+    push_ring(moved, head.recent.keys(start, first_part), head.recent.values(start, first_part));
+    push_ring(moved, head.recent.keys(0, head.ring_rows - first_part),
+              head.recent.values(0, head.ring_rows - first_part));
+    head.recent = std::move(moved.recent);
+    head.ring_start = 0;
   }
 
   // Rewrites the stored mean token from the exact sums.
@@ -564,15 +733,16 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     head.mean.set_rows(1);
   }
 
-  // Bounded mode: the head's ring holds the last `window` tokens of the stream
-  // [ring contents, oldest first | new tokens]; whatever falls off its front is folded, in
-  // stream order, into the compensation token.
+  // The head's ring keeps the last `window` tokens of the stream [ring, oldest first | new
+  // tokens] (bounded decode; a window that chunked prefill moves forward); whatever falls off
+  // its front is folded, in stream order, into the compensation token. The ring's capacity
+  // holds what stays.
   void slide_window(head_state& head, const matrix_view<const T>& new_keys,
-                    const matrix_view<const T>& new_values) const noexcept {
+                    const matrix_view<const T>& new_values, index_t window) const noexcept {
     detail::head_rows<T>& ring = head.recent;
-    const index_t capacity = head.window, held = ring.rows(), added = new_keys.rows();
-    const index_t evicted = std::max<index_t>(0, held + added - capacity);
-    const index_t from_ring = std::min(held, evicted), from_new = evicted - from_ring;
+    const index_t capacity = ring.capacity(), added = new_keys.rows();
+    const index_t evicted = std::max<index_t>(0, head.ring_rows + added - window);
+    const index_t from_ring = std::min(head.ring_rows, evicted), from_new = evicted - from_ring;
     const bool compensate = !head.sums.empty();
     const index_t dim = head_dim();
     const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
@@ -580,19 +750,17 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       detail::add_rows_to_sums(k, head.sums.data());
       detail::add_rows_to_sums(v, head.sums.data() + dim);
     };
-    // The oldest ring rows: [start, capacity) first, then from row 0.
-    const index_t first_part = std::min(from_ring, capacity - head.ring_start);
-    fold(ring.keys(head.ring_start, first_part), ring.values(head.ring_start, first_part));
-    fold(ring.keys(0, from_ring - first_part), ring.values(0, from_ring - first_part));
-    fold(new_keys.middle_rows(0, from_new), new_values.middle_rows(0, from_new));
-    head.ring_start = (head.ring_start + from_ring) % capacity;
-    index_t count = held - from_ring;
-    for (index_t r = from_new; r < added; ++r, ++count) {
-      const index_t slot = (head.ring_start + count) % capacity;
-      ring.write(slot, new_keys.middle_rows(r, 1), new_values.middle_rows(r, 1));
+    if (from_ring > 0) {
+      // The oldest ring rows: [start, capacity) first, then from row 0.
+      const index_t first_part = std::min(from_ring, capacity - head.ring_start);
+      fold(ring.keys(head.ring_start, first_part), ring.values(head.ring_start, first_part));
+      fold(ring.keys(0, from_ring - first_part), ring.values(0, from_ring - first_part));
+      head.ring_start = (head.ring_start + from_ring) % capacity;
+      head.ring_rows -= from_ring;
     }
-    // Written rows are always a prefix of the ring's storage: a ring only wraps once full.
-    ring.set_rows(count);
+    fold(new_keys.middle_rows(0, from_new), new_values.middle_rows(0, from_new));
+    push_ring(head, new_keys.middle_rows(from_new, added - from_new),
+              new_values.middle_rows(from_new, added - from_new));
     if (evicted > 0) {
       head.dropped += evicted;
       if (compensate) refresh_mean(head);

@@ -60,6 +60,11 @@ struct razor_config : window_rule {
   /// a copy of the whole head). Must be >= 1; a multiple of 64 (decode's block) keeps a
   /// retrieval head's decode bit-identical to the dense cache's.
   index_t growth_rows = 256;
+  /// The checked mode: compression and append read every key and value they are handed and
+  /// name the first NaN or infinity as an error (one extra pass over the prompt). Unchecked,
+  /// the default, a non-finite token that is dropped poisons its head's compensation token, so
+  /// that head's attention output is NaN for the rest of the sequence, silently.
+  bool check_finite = false;
 
   /// The public deployment's fixed-capacity local heads: `capacity` entries = `sinks` sinks +
   /// 1 mean token + (capacity - sinks - 1) recent tokens, with bounded decode and an

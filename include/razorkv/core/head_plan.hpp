@@ -3,6 +3,7 @@
 // model shape, so a plan made for another model does not load.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,6 +105,41 @@ class head_plan {
     index_t n = 0;
     for (bool r : retrieval_) n += r ? 1 : 0;
     return n;
+  }
+
+  /// The plan of one tensor-parallel rank that holds kv heads [first, first + count) of every
+  /// layer (and their query heads): the same decisions, buffer overrides and provenance, with
+  /// kv head `first` as the slice's head 0. Its group scores are sliced alike.
+  head_plan slice_kv_heads(index_t first, index_t count) const {
+    RAZORKV_CHECK(count > 0 && first >= 0 && first <= shape_.num_kv_heads - count, kOutOfRange,
+                  "head_plan::slice_kv_heads: kv heads [", first, ", ", first, " + ", count,
+                  ") are not a non-empty range of [0, ", shape_.num_kv_heads, ")");
+    model_shape sliced = shape_;
+    sliced.num_kv_heads = count;
+    sliced.num_query_heads = shape_.num_query_heads / shape_.num_kv_heads * count;
+    head_plan slice(sliced);
+    slice.provenance_ = provenance_;
+    const auto slice_scores = [&](const std::vector<double>& scores) {
+      std::vector<double> kept;
+      if (scores.size() != retrieval_.size()) return kept;
+      for (index_t l = 0; l < shape_.num_layers; ++l) {
+        const auto begin =
+            scores.begin() + static_cast<std::ptrdiff_t>(l * shape_.num_kv_heads + first);
+        kept.insert(kept.end(), begin, begin + static_cast<std::ptrdiff_t>(count));
+      }
+      return kept;
+    };
+    slice.provenance_.group_echo = slice_scores(provenance_.group_echo);
+    slice.provenance_.group_induction = slice_scores(provenance_.group_induction);
+    for (index_t l = 0; l < shape_.num_layers; ++l) {
+      for (index_t h = 0; h < count; ++h) {
+        const std::size_t from = cell(l, first + h, "head_plan::slice_kv_heads");
+        const std::size_t to = static_cast<std::size_t>(l * count + h);
+        slice.retrieval_[to] = retrieval_[from];
+        slice.buffer_[to] = buffer_[from];
+      }
+    }
+    return slice;
   }
 
   /// Throws errc::kShapeMismatch naming the first field that differs from `model`.

@@ -58,8 +58,9 @@ class cache_skeleton {
 /// One layer of a cache that compresses its prompt layer by layer (razor, selected, H2O).
 template <class Head>
 struct compressed_layer {
-  std::vector<Head> heads;  // [num_kv_heads] once compressed
-  index_t tokens = 0;       // the prompt plus every token appended since
+  std::vector<Head> heads;    // [num_kv_heads] once compressed
+  index_t tokens = 0;         // the prompt plus every token appended since
+  index_t prompt_tokens = 0;  // the prompt alone (tokens - prompt_tokens were appended)
   bool compressed = false;
 };
 

@@ -63,16 +63,7 @@ struct decode_work {
 template <class T, class TO, class TQ>
 void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view<TQ>& queries,
                                 index_t head_dim, const char* where) {
-  for (index_t t = 0; t < queries.tokens(); ++t) {
-    for (index_t q = 0; q < queries.heads(); ++q) {
-      const auto* row = queries.token(t).row(q);
-      for (index_t c = 0; c < head_dim; ++c) {
-        const double x = to_double(row[c]);
-        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": query (", x, ") at token ", t,
-                      " head ", q, " dim ", c, " is not finite");
-      }
-    }
-  }
+  check_finite(layer_view<const std::remove_const_t<TQ>>(queries), where, "query");
   for (std::size_t i = 0; i < work.scaled.size(); ++i) {
     RAZORKV_CHECK(std::isfinite(work.scaled[i]), kInvalidArgument, where,
                   ": a query times the scale (", work.scaled[i],
@@ -121,6 +112,16 @@ decode_work<typename Source::value_type, TO> prepare_decode(
       out.tokens() == tokens && out.heads() == num_query_heads && out.head_dim() == head_dim,
       kShapeMismatch, where, ": out is [", out.tokens(), ", ", out.heads(), ", ", out.head_dim(),
       "], queries are [", tokens, ", ", num_query_heads, ", ", head_dim, "]");
+  if constexpr (has_num_query_heads<Source>::value) {
+    const index_t planned = cache.num_query_heads();
+    RAZORKV_CHECK(planned == 0 || planned == num_query_heads, kShapeMismatch, where,
+                  ": queries have ", num_query_heads, " heads, the cache was planned for ", planned,
+                  " query heads");
+  }
+  if constexpr (has_is_compressed<Source>::value) {
+    RAZORKV_CHECK(cache.is_compressed(layer), kInvalidArgument, where, ": layer ", layer,
+                  " has not been compressed yet (compress_layer its prefill before decoding it)");
+  }
   const double scale = softmax_scale(scale_option, head_dim, where);
 
   decode_work<T, TO> work;

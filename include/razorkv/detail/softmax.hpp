@@ -57,17 +57,32 @@ void widen_head(const layer_view<const T>& view, index_t head, const std::vector
   }
 }
 
+/// Whether `rows` holds a NaN or an infinity; if so, (row, col) is the first, in row-major order.
+template <class T>
+bool find_non_finite(const matrix_view<const T>& rows, index_t& row, index_t& col) noexcept {
+  for (index_t r = 0; r < rows.rows(); ++r) {
+    for (index_t c = 0; c < rows.cols(); ++c) {
+      if (!std::isfinite(to_double(rows(r, c)))) {
+        row = r;
+        col = c;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 /// Throws kInvalidArgument naming the first non-finite element of `view` (`name`: "query", "key").
 template <class T>
 void check_finite(const layer_view<const T>& view, const char* where, const char* name) {
   for (index_t t = 0; t < view.tokens(); ++t) {
     for (index_t h = 0; h < view.heads(); ++h) {
-      const T* row = view.token(t).row(h);
-      for (index_t c = 0; c < view.head_dim(); ++c) {
-        const float x = static_cast<float>(row[c]);
-        RAZORKV_CHECK(std::isfinite(x), kInvalidArgument, where, ": ", name, " (", x, ") at token ",
-                      t, " head ", h, " dim ", c, " is not finite");
-      }
+      const matrix_view<const T> row = view.token(t).middle_rows(h, 1);
+      index_t r = 0, c = 0;
+      const bool finite = !find_non_finite(row, r, c);
+      RAZORKV_CHECK(finite, kInvalidArgument, where, ": ", name, " (",
+                    finite ? 0.0 : to_double(row(0, c)), ") at token ", t, " head ", h, " dim ", c,
+                    " is not finite");
     }
   }
 }

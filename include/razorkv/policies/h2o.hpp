@@ -152,7 +152,7 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
       }
     }
     target.heads = std::move(heads);
-    target.tokens = tokens;
+    target.tokens = target.prompt_tokens = tokens;
     target.compressed = true;
   }
 

@@ -111,7 +111,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
       head.rows.set_rows(static_cast<index_t>(head.positions.size()));
     }
     target.heads = std::move(heads);
-    target.tokens = tokens;
+    target.tokens = target.prompt_tokens = tokens;
     target.compressed = true;
   }
 

@@ -1,0 +1,384 @@
+// Tests of what an engine does with razor_kv_cache around compression: chunked prefill (bit for
+// bit what one-shot compression gives, for every chunk size), short prompts, the checked mode,
+// release(), tensor-parallel plan slices, and the errors decode gives for a misused cache.
+#include <gtest/gtest.h>
+
+#include <razorkv/attention/decode.hpp>
+#include <razorkv/attention/reference.hpp>
+#include <razorkv/cache/any_cache.hpp>
+#include <razorkv/compress/razor_cache.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/expect_error.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using razorkv::compensation_mode;
+using razorkv::decode_mode;
+using razorkv::head_plan;
+using razorkv::index_t;
+using razorkv::layer_view;
+using razorkv::matrix_view;
+using razorkv::razor_config;
+using razorkv::razor_kv_cache;
+
+constexpr index_t kHeads = 4, kDim = 8, kQueryHeads = 8;
+
+// One layer's K/V, [tokens, kHeads, kDim] NHD, and views of a range of its tokens.
+template <class T>
+struct prompt {
+  index_t tokens;
+  std::vector<T> keys, values;
+  prompt(index_t n, std::mt19937_64& rng)
+      : tokens(n),
+        keys(razorkv_test::random_values<T>(static_cast<std::size_t>(n * kHeads * kDim), rng)),
+        values(razorkv_test::random_values<T>(static_cast<std::size_t>(n * kHeads * kDim), rng)) {}
+  layer_view<const T> key_view(index_t first, index_t count) const {
+    return layer_view<const T>::nhd(keys.data() + first * kHeads * kDim, count, kHeads, kDim);
+  }
+  layer_view<const T> value_view(index_t first, index_t count) const {
+    return layer_view<const T>::nhd(values.data() + first * kHeads * kDim, count, kHeads, kDim);
+  }
+};
+
+// A plan with a retrieval head (1) and a per-head buffer override (head 3), so every kind of
+// head is exercised.
+head_plan test_plan() {
+  head_plan plan(razorkv::model_shape{1, kQueryHeads, kHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  plan.set_buffer_override(0, 3, 6);
+  return plan;
+}
+
+// Everything a head holds, as bits: its entries in order (keys, values, log-weights), its
+// compensation token (count, exact sums) and its window.
+template <class T>
+std::vector<std::uint64_t> head_bits(const razor_kv_cache<T>& cache, index_t h) {
+  std::vector<std::uint64_t> bits;
+  const auto push = [&](double x) {
+    std::uint64_t b = 0;
+    std::memcpy(&b, &x, sizeof b);
+    bits.push_back(b);
+  };
+  for (index_t i = 0; i < cache.num_spans(0, h); ++i) {
+    const auto span = cache.span(0, h, i);
+    for (index_t r = 0; r < span.length(); ++r) {
+      push(span.log_weight);
+      for (index_t c = 0; c < kDim; ++c) {
+        push(razorkv::detail::to_double(span.keys(r, c)));
+        push(razorkv::detail::to_double(span.values(r, c)));
+      }
+    }
+  }
+  const auto token = cache.compensation(0, h);
+  push(static_cast<double>(token.count));
+  for (index_t c = 0; token.key_sum != nullptr && c < kDim; ++c) {
+    push(token.key_sum[c]);
+    push(token.value_sum[c]);
+  }
+  push(static_cast<double>(cache.window(0, h)));
+  push(static_cast<double>(cache.entries(0, h)));
+  return bits;
+}
+
+template <class T>
+void expect_same_cache(const razor_kv_cache<T>& got, const razor_kv_cache<T>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.num_tokens(0), want.num_tokens(0)) << what;
+  ASSERT_EQ(got.kv_bytes(), want.kv_bytes()) << what;
+  ASSERT_EQ(got.max_new_tokens(0), want.max_new_tokens(0)) << what;
+  for (index_t h = 0; h < kHeads; ++h)
+    ASSERT_EQ(head_bits(got, h), head_bits(want, h)) << what << ", kv head " << h;
+}
+
+// A window that grows while the prompt arrives, max(5, ceil(N / 2)) (it outgrows its rows), or
+// a fixed one of 10 tokens (its ring wraps around its 64 rows).
+razor_config config_for(compensation_mode compensation, decode_mode decode,
+                        index_t fixed_window = 0) {
+  razor_config config;
+  config.sinks = 4;
+  config.s0 = 5;
+  config.c = 2.0;
+  config.fixed_window = fixed_window;
+  config.compensation = compensation;
+  config.decode = decode;
+  config.growth_rows = 8;
+  return config;
+}
+
+// Every combination of compensation mode, decode mode and window kind.
+std::vector<razor_config> every_config() {
+  std::vector<razor_config> configs;
+  for (const compensation_mode compensation :
+       {compensation_mode::kWeighted, compensation_mode::kUnweighted, compensation_mode::kNone}) {
+    for (const decode_mode decode : {decode_mode::kAppend, decode_mode::kBounded}) {
+      for (const index_t fixed_window : {index_t{0}, index_t{10}})
+        configs.push_back(config_for(compensation, decode, fixed_window));
+    }
+  }
+  return configs;
+}
+
+template <class T>
+class RazorkvChunkedPrefill : public ::testing::Test {};
+TYPED_TEST_SUITE(RazorkvChunkedPrefill, razorkv_test::storage_dtypes);
+
+// The promise: for every chunk size, after every chunk, the cache is what compressing
+// the prompt so far at once gives, and it stays so through decode appends.
+TYPED_TEST(RazorkvChunkedPrefill, EveryChunkSizeEqualsOneShotBitForBit) {
+  using T = TypeParam;
+  constexpr index_t kTokens = 150, kDecoded = 9;
+  std::mt19937_64 rng(razorkv_test::test_seeds(1201).front());
+  const prompt<T> layer(kTokens + kDecoded, rng);
+  const head_plan plan = test_plan();
+  for (const razor_config& config : every_config()) {
+    for (index_t chunk = 1; chunk <= kTokens; ++chunk) {
+      const std::string what = std::string(razorkv::compensation_mode_name(config.compensation)) +
+                               "/" + razorkv::decode_mode_name(config.decode) + ", window " +
+                               std::to_string(config.fixed_window) + ", chunk " +
+                               std::to_string(chunk);
+      razor_kv_cache<T> chunked(plan, config);
+      for (index_t first = 0; first < kTokens; first += chunk) {
+        const index_t count = std::min(chunk, kTokens - first);
+        chunked.compress_chunk(0, layer.key_view(first, count), layer.value_view(first, count));
+        razor_kv_cache<T> one_shot(plan, config);
+        one_shot.compress_layer(0, layer.key_view(0, first + count),
+                                layer.value_view(0, first + count));
+        ASSERT_NO_FATAL_FAILURE(expect_same_cache(
+            chunked, one_shot, what + ", " + std::to_string(first + count) + " tokens"));
+        ASSERT_EQ(chunked.prompt_tokens(0), first + count);
+      }
+      razor_kv_cache<T> one_shot(plan, config);
+      one_shot.compress_layer(0, layer.key_view(0, kTokens), layer.value_view(0, kTokens));
+      for (index_t t = kTokens; t < kTokens + kDecoded; ++t) {
+        chunked.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+        one_shot.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+        ASSERT_NO_FATAL_FAILURE(
+            expect_same_cache(chunked, one_shot, what + ", decoded " + std::to_string(t)));
+      }
+      ASSERT_EQ(chunked.prompt_tokens(0), kTokens);
+    }
+  }
+}
+
+// Decode over a chunk-built cache (a ring that wrapped, a retrieval head in blocks) agrees with
+// the scalar reference over the same cache, and with decode over the one-shot cache to rounding.
+TYPED_TEST(RazorkvChunkedPrefill, DecodeOverChunkedCacheMatchesTheReference) {
+  using T = TypeParam;
+  constexpr index_t kTokens = 200;
+  std::mt19937_64 rng(razorkv_test::test_seeds(1202).front());
+  const prompt<T> layer(kTokens, rng);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(kQueryHeads * kDim), rng);
+  const matrix_view<const float> q(queries.data(), kQueryHeads, kDim);
+  for (const index_t fixed_window : {index_t{0}, index_t{10}}) {
+    const razor_config config =
+        config_for(compensation_mode::kWeighted, decode_mode::kAppend, fixed_window);
+    razor_kv_cache<T> chunked(test_plan(), config), one_shot(test_plan(), config);
+    for (index_t first = 0; first < kTokens; first += 7) {          // 7 < the window: every token
+      const index_t count = std::min<index_t>(7, kTokens - first);  // passes through the ring
+      chunked.compress_chunk(0, layer.key_view(first, count), layer.value_view(first, count));
+    }
+    one_shot.compress_layer(0, layer.key_view(0, kTokens), layer.value_view(0, kTokens));
+    // The chunked cache's spans differ: a wrapped ring is two, the retrieval head is blocks.
+    const index_t differing_head = fixed_window > 0 ? 0 : 1;
+    EXPECT_GT(chunked.num_spans(0, differing_head), one_shot.num_spans(0, differing_head));
+    std::vector<float> got(static_cast<std::size_t>(kQueryHeads * kDim)), want(got.size());
+    razorkv::decode_attention(chunked, 0, q, matrix_view<float>(got.data(), kQueryHeads, kDim));
+    razorkv::decode_attention(one_shot, 0, q, matrix_view<float>(want.data(), kQueryHeads, kDim));
+    const std::vector<double> reference = razorkv::reference::decode_attention(chunked, 0, q);
+    const double tolerance = 64 * razorkv_test::accum_epsilon<float>();  // the output is float
+    EXPECT_LE(razorkv_test::max_abs_diff(got, reference), tolerance);
+    EXPECT_LE(razorkv_test::max_abs_diff(got, want), tolerance);
+  }
+}
+
+TEST(RazorkvChunkedPrefill, ChunksEndWhereDecodeBegins) {
+  std::mt19937_64 rng(1203);
+  const prompt<float> layer(40, rng);
+  razor_kv_cache<float> cache(test_plan(), razor_config{});
+  cache.compress_chunk(0, layer.key_view(0, 30), layer.value_view(0, 30));
+  cache.append(0, layer.key_view(30, 1), layer.value_view(30, 1));
+  const auto before = head_bits(cache, 0);
+  RAZORKV_EXPECT_ERROR(cache.compress_chunk(0, layer.key_view(31, 5), layer.value_view(31, 5)),
+                       kInvalidArgument,
+                       "razor_kv_cache::compress_chunk: layer (0) has decoded 1 token(s) since "
+                       "its prompt; chunks must all come before decode");
+  EXPECT_EQ(head_bits(cache, 0), before);
+  // clear() starts a new prompt.
+  cache.clear();
+  cache.compress_chunk(0, layer.key_view(0, 5), layer.value_view(0, 5));
+  EXPECT_EQ(cache.prompt_tokens(0), 5);
+}
+
+// A prompt of N <= sinks + window tokens is kept whole: N < sinks included (the calculator's
+// ratio 1), and decode reads it as the dense cache would.
+TYPED_TEST(RazorkvChunkedPrefill, ShortPromptsAreKeptWhole) {
+  using T = TypeParam;
+  std::mt19937_64 rng(razorkv_test::test_seeds(1204).front());
+  const prompt<T> layer(9, rng);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(kQueryHeads * kDim), rng);
+  const matrix_view<const float> q(queries.data(), kQueryHeads, kDim);
+  for (const decode_mode decode : {decode_mode::kAppend, decode_mode::kBounded}) {
+    const razor_config config = config_for(compensation_mode::kWeighted, decode);
+    for (index_t tokens = 1; tokens <= 9; ++tokens) {
+      razor_kv_cache<T> cache(test_plan(), config);
+      cache.compress_layer(0, layer.key_view(0, tokens), layer.value_view(0, tokens));
+      razorkv::dense_kv_cache<T> dense(1, kHeads, kDim);
+      dense.append(0, layer.key_view(0, tokens), layer.value_view(0, tokens));
+      for (index_t h = 0; h < kHeads; ++h) {
+        EXPECT_EQ(cache.entries(0, h), tokens) << "tokens " << tokens << " head " << h;
+        EXPECT_EQ(cache.compensation(0, h).count, 0);
+      }
+      EXPECT_EQ(cache.kv_bytes(), cache.dense_kv_bytes());
+      EXPECT_EQ(cache.compression_ratio(), 1.0);
+      std::vector<float> got(static_cast<std::size_t>(kQueryHeads * kDim)), want(got.size());
+      razorkv::decode_attention(cache, 0, q, matrix_view<float>(got.data(), kQueryHeads, kDim));
+      razorkv::decode_attention(dense, 0, q, matrix_view<float>(want.data(), kQueryHeads, kDim));
+      EXPECT_LE(razorkv_test::max_abs_diff(got, want), 8 * razorkv_test::accum_epsilon<float>());
+      // Decoding past a short prompt keeps its tokens (the sinks stay short).
+      cache.append(0, layer.key_view(tokens - 1, 1), layer.value_view(tokens - 1, 1));
+      EXPECT_EQ(cache.entries(0, 0), tokens + 1);
+    }
+  }
+}
+
+// config.check_finite names a NaN or infinity among the tokens compression and append read
+// (the dropped ones included), and changes nothing; unchecked, a NaN among the dropped tokens
+// reaches the compensation token and that head's output, as the README says.
+TEST(RazorkvRazorCheckedMode, NonFiniteTokensAreNamed) {
+  std::mt19937_64 rng(1205);
+  prompt<float> layer(100, rng);
+  const index_t dropped_token = 20, head = 2, dim = 5;
+  layer.keys[static_cast<std::size_t>((dropped_token * kHeads + head) * kDim + dim)] =
+      std::numeric_limits<float>::quiet_NaN();
+  razor_config checked = config_for(compensation_mode::kWeighted, decode_mode::kAppend);
+  checked.check_finite = true;
+  razor_kv_cache<float> cache(test_plan(), checked);
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, layer.key_view(0, 90), layer.value_view(0, 90)),
+                       kInvalidArgument,
+                       "razor_kv_cache::compress_layer: key (nan) of token 20 in layer 0 kv head "
+                       "2 dim 5 is not finite (config.check_finite)");
+  EXPECT_FALSE(cache.is_compressed(0));
+  cache.compress_chunk(0, layer.key_view(0, 10), layer.value_view(0, 10));
+  const auto before = head_bits(cache, head);
+  RAZORKV_EXPECT_ERROR(cache.compress_chunk(0, layer.key_view(10, 30), layer.value_view(10, 30)),
+                       kInvalidArgument,
+                       "compress_chunk: key (nan) of token 20 in layer 0 kv head 2");
+  EXPECT_EQ(head_bits(cache, head), before);
+  cache.compress_chunk(0, layer.key_view(21, 30), layer.value_view(21, 30));
+  layer.values[static_cast<std::size_t>((60 * kHeads + 0) * kDim + 1)] =
+      std::numeric_limits<float>::infinity();
+  RAZORKV_EXPECT_ERROR(cache.append(0, layer.key_view(60, 1), layer.value_view(60, 1)),
+                       kInvalidArgument,
+                       "append: value (inf) of token 40 in layer 0 kv head 0 dim 1");
+  EXPECT_EQ(cache.num_tokens(0), 40);
+
+  // Unchecked (the default): no error, and head 2's output is NaN from then on.
+  razor_kv_cache<float> unchecked(test_plan(),
+                                  config_for(compensation_mode::kWeighted, decode_mode::kAppend));
+  unchecked.compress_layer(0, layer.key_view(0, 90), layer.value_view(0, 90));
+  EXPECT_TRUE(std::isnan(unchecked.compensation(0, head).key_sum[dim]));
+  const std::vector<float> queries(static_cast<std::size_t>(kQueryHeads * kDim), 0.5f);
+  std::vector<float> out(queries.size());
+  razorkv::decode_attention(unchecked, 0,
+                            matrix_view<const float>(queries.data(), kQueryHeads, kDim),
+                            matrix_view<float>(out.data(), kQueryHeads, kDim));
+  const index_t group = kQueryHeads / kHeads;
+  EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(head * group * kDim)]));
+  EXPECT_FALSE(std::isnan(out[0]));
+}
+
+TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
+  std::mt19937_64 rng(1206);
+  const prompt<float> layer(300, rng);
+  razor_kv_cache<float> cache(test_plan(), razor_config{});
+  cache.compress_layer(0, layer.key_view(0, 300), layer.value_view(0, 300));
+  const razor_kv_cache<float> copy = cache;
+  cache.clear();
+  EXPECT_EQ(cache.allocated_bytes(), copy.allocated_bytes());  // clear keeps the buffers
+  cache.release();
+  EXPECT_EQ(cache.allocated_bytes(), 0);
+  EXPECT_FALSE(cache.is_compressed(0));
+  EXPECT_EQ(cache.prompt_tokens(0), 0);
+  cache.compress_layer(0, layer.key_view(0, 300), layer.value_view(0, 300));
+  for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(cache, h), head_bits(copy, h));
+  RAZORKV_EXPECT_ERROR(cache.release(1), kOutOfRange, "razor_kv_cache::release: layer (1)");
+}
+
+// A tensor-parallel rank holds kv heads [first, first + count): its cache, built from the
+// sliced plan and its heads' K/V, holds bit for bit what the whole model's cache holds for them.
+TEST(RazorkvPlanSlice, RankCachesEqualTheirHeadsOfTheWholeCache) {
+  std::mt19937_64 rng(1207);
+  const prompt<float> layer(120, rng);
+  head_plan plan = test_plan();
+  plan.selection().group_echo = {0.1, 0.2, 0.3, 0.4};
+  plan.selection().group_induction = {1.0, 2.0, 3.0, 4.0};
+  razor_config config;
+  config.s0 = 10;
+  razor_kv_cache<float> whole(plan, config);
+  whole.compress_layer(0, layer.key_view(0, 120), layer.value_view(0, 120));
+  for (const auto& [first, count] : {std::pair<index_t, index_t>{0, 2}, {2, 2}, {1, 3}, {0, 4}}) {
+    const head_plan slice = plan.slice_kv_heads(first, count);
+    EXPECT_EQ(slice.shape().num_kv_heads, count);
+    EXPECT_EQ(slice.shape().num_query_heads, count * kQueryHeads / kHeads);
+    EXPECT_EQ(slice.selection().group_induction.front(), 1.0 + static_cast<double>(first));
+    ASSERT_EQ(slice.selection().group_echo.size(), static_cast<std::size_t>(count));
+    razor_kv_cache<float> rank(slice, config);
+    const auto rank_view = [&](const std::vector<float>& data) {
+      return layer_view<const float>(data.data() + first * kDim, 120, count, kDim, kHeads * kDim,
+                                     kDim);
+    };
+    rank.compress_layer(0, rank_view(layer.keys), rank_view(layer.values));
+    for (index_t h = 0; h < count; ++h) {
+      EXPECT_EQ(rank.is_retrieval(0, h), plan.is_retrieval(0, first + h));
+      EXPECT_EQ(slice.buffer_override(0, h), plan.buffer_override(0, first + h));
+      EXPECT_EQ(head_bits(rank, h), head_bits(whole, first + h)) << first << "+" << h;
+    }
+  }
+  RAZORKV_EXPECT_ERROR(plan.slice_kv_heads(3, 2), kOutOfRange,
+                       "head_plan::slice_kv_heads: kv heads [3, 3 + 2) are not a non-empty range "
+                       "of [0, 4)");
+  RAZORKV_EXPECT_ERROR(plan.slice_kv_heads(0, 0), kOutOfRange, "slice_kv_heads");
+  RAZORKV_EXPECT_ERROR(plan.slice_kv_heads(-1, 2), kOutOfRange, "slice_kv_heads");
+}
+
+// Decode names what is wrong with a misused cache: a layer never compressed, and queries for
+// another model's head count (also through any_kv_cache).
+TEST(RazorkvRazorDecodeErrors, UncompressedLayerAndForeignQueryHeads) {
+  std::mt19937_64 rng(1208);
+  const prompt<float> layer(50, rng);
+  razor_kv_cache<float> cache(test_plan(), razor_config{});
+  std::vector<float> queries(static_cast<std::size_t>(2 * kQueryHeads * kDim), 0.25f);
+  std::vector<float> out(queries.size());
+  const matrix_view<const float> q(queries.data(), kQueryHeads, kDim);
+  const matrix_view<float> o(out.data(), kQueryHeads, kDim);
+  RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, q, o), kInvalidArgument,
+                       "decode_attention: layer 0 has not been compressed yet (compress_layer its "
+                       "prefill before decoding it)");
+  cache.compress_layer(0, layer.key_view(0, 50), layer.value_view(0, 50));
+  for (const index_t heads : {index_t{4}, index_t{16}}) {
+    const matrix_view<const float> wrong_q(queries.data(), heads, kDim);
+    const matrix_view<float> wrong_o(out.data(), heads, kDim);
+    RAZORKV_EXPECT_ERROR(razorkv::decode_attention(cache, 0, wrong_q, wrong_o), kShapeMismatch,
+                         "decode_attention: queries have " + std::to_string(heads) +
+                             " heads, the cache was planned for 8 query heads");
+  }
+  const razorkv::any_kv_cache<float> erased(cache);
+  EXPECT_EQ(erased.num_query_heads(), kQueryHeads);
+  RAZORKV_EXPECT_ERROR(
+      razorkv::decode_attention(erased, 0, matrix_view<const float>(queries.data(), 16, kDim),
+                                matrix_view<float>(out.data(), 16, kDim)),
+      kShapeMismatch, "the cache was planned for 8 query heads");
+  EXPECT_NO_THROW(razorkv::decode_attention(erased, 0, q, o));
+}
+
+}  // namespace
