@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds razorkv's libFuzzer targets (Clang, ASan + UBSan) and runs each from its seed corpus for
-# RAZORKV_FUZZ_SECONDS seconds (default 45); fails on the first crash, leak, sanitizer report or
+# RAZORKV_FUZZ_SECONDS seconds (default 30); fails on the first crash, leak, sanitizer report or
 # property violation, leaving the reproducer in build/fuzz/findings/<target>/.
-#   bash scripts/fuzz.sh                      # every target, 60 s each (what scripts/test.sh runs)
+#   bash scripts/fuzz.sh                      # every target, 30 s each (what scripts/test.sh runs)
 #   RAZORKV_FUZZ_SECONDS=600 bash scripts/fuzz.sh fuzz_npy   # one target, 10 minutes
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 razorkv_require_packages cmake make clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
 
-seconds="${RAZORKV_FUZZ_SECONDS:-45}"
+seconds="${RAZORKV_FUZZ_SECONDS:-30}"
 build="$razorkv_root/build/fuzz"
 mkdir -p "$razorkv_root/build"
 razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
@@ -18,7 +18,7 @@ razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_safetensors
-    fuzz_compute)
+    fuzz_compute fuzz_razor_state)
 fi
 for target in "${targets[@]}"; do
   # Work on a copy of the seed corpus, so that the repository's stays small and reviewed.

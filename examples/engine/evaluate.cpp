@@ -1,8 +1,9 @@
 // razorkv_trained_evaluate: the trained model at equal memory. Every policy (full, RazorAttention
 // and its ablations, random heads, StreamingLLM, SnapKV, H2O, the head-budget sweep) runs through
 // one engine on copy, needle (a random run found and copied), key/value retrieval and held-out
-// likelihood trials, at several context lengths, at a third of the full cache; prints the table
-// and writes a CSV and an SVG chart.
+// likelihood trials, at several context lengths, at a third of the full cache, and so does
+// RazorAttention with a chunked prefill (never dense); prints the table and writes a CSV and an
+// SVG chart.
 //   razorkv_trained_evaluate <model folder> <repository root> <output folder> [--quick]
 // The model folder holds model.safetensors, scores.json and plan.json.
 #include <cmath>
@@ -199,16 +200,20 @@ int main(int argc, char** argv) {
     std::vector<std::string> names;
     std::map<std::pair<std::string, index_t>, policy_totals> totals;
     std::uint64_t trial_index = 0;
+    const char* const chunked = "razor, chunked prefill (64-token chunks)";
     const auto record = [&](index_t length, const tiny_llama::trial& t, int kind) {
       const std::vector<razorkv::policy> policies =
           policies_for(plan, scores, m.cfg().head_dim(), 1000 + trial_index++);
-      const std::vector<tiny_llama::trial_outcome> outcomes =
+      std::vector<tiny_llama::trial_outcome> outcomes =
           tiny_llama::run_trial(m, t, policies, budget);
-      if (names.empty()) {
-        for (const razorkv::policy& p : policies) names.push_back(p.name);
-      }
-      for (std::size_t i = 0; i < policies.size(); ++i) {
-        policy_totals& total = totals[{policies[i].name, length}];
+      std::vector<std::string> trial_names;
+      for (const razorkv::policy& p : policies) trial_names.push_back(p.name);
+      // Right after "razor", which differs from it only by the prefill.
+      outcomes.insert(outcomes.begin() + 2, tiny_llama::run_chunked_trial(m, t, plan, budget, 64));
+      trial_names.insert(trial_names.begin() + 2, chunked);
+      if (names.empty()) names = trial_names;
+      for (std::size_t i = 0; i < trial_names.size(); ++i) {
+        policy_totals& total = totals[{trial_names[i], length}];
         const tiny_llama::trial_outcome& o = outcomes[i];
         if (kind == 0) {
           total.copy_correct += o.correct;

@@ -184,4 +184,22 @@ inline std::vector<trial_outcome> run_trial(const model& m, const trial& t,
   return outcomes;
 }
 
+/// RazorAttention with chunked prefill: the context goes in `chunk`-token chunks straight into a
+/// razor cache sized to `budget` (the dense K/V never exists, and a later chunk's non-retrieval
+/// heads read the compressed past), then the same continuation as run_trial's.
+inline trial_outcome run_chunked_trial(const model& m, const trial& t,
+                                       const razorkv::head_plan& plan,
+                                       const razorkv::memory_budget& budget, index_t chunk) {
+  const auto tokens = static_cast<index_t>(t.context.size());
+  const index_t entries =
+      razorkv::entries_per_head(budget, m.shape(), tokens, static_cast<index_t>(sizeof(float)));
+  razorkv::razor_kv_cache<float> cache(plan,
+                                       razorkv::razor_config_for_budget(plan, tokens, entries));
+  m.prefill_chunked(cache, t.context, chunk);
+  trial_outcome outcome;
+  outcome.kv_bytes = cache.kv_bytes();
+  run_continuation(m, cache, t, outcome);
+  return outcome;
+}
+
 }  // namespace tiny_llama

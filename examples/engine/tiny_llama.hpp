@@ -86,6 +86,15 @@ class model {
   /// every position when `all_logits`, else of the last one only.
   prefill_state prefill(const std::vector<int>& tokens, bool all_logits) const;
 
+  /// Chunked prefill straight into a razor cache, which never holds the dense K/V: `tokens`
+  /// (positions 0..n-1) in chunks of `chunk` tokens; each layer compresses a chunk's K/V as it
+  /// arrives (razor_kv_cache::compress_chunk) and the chunk's queries then attend to the cache,
+  /// that is to the compressed past and the chunk, causally (decode_attention_multi, which
+  /// checks that the chunk fits in every window). Non-retrieval heads of later chunks thus read
+  /// the compressed past, not every earlier token. Returns the last position's logits.
+  Eigen::VectorXf prefill_chunked(razorkv::razor_kv_cache<float>& cache,
+                                  const std::vector<int>& tokens, index_t chunk) const;
+
   /// The prefill as the prompt razorkv's policies compress: views of every layer's K/V and of
   /// the last `queries` prompt queries (SnapKV and H2O rank by them; -1: all of them).
   razorkv::prompt_kv<float> prompt_of(const prefill_state& state, index_t queries = -1) const;
@@ -116,6 +125,9 @@ class model {
   void rope(row_matrix& x, const std::vector<index_t>& positions) const;
   // The SwiGLU MLP of rows of x.
   row_matrix feed_forward(const layer_weights& w, const row_matrix& x) const;
+  // Embeddings of tokens[first, first + count), checked against the vocabulary.
+  row_matrix embed(const std::vector<int>& tokens, index_t first, index_t count,
+                   const char* where) const;
   // Projections of rows of normalised hidden states: Q, K (both roped) and V.
   void project(const layer_weights& w, const row_matrix& h, const std::vector<index_t>& positions,
                row_matrix& q, row_matrix& k, row_matrix& v) const;
@@ -255,13 +267,7 @@ inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_log
   const index_t n = static_cast<index_t>(tokens.size()), hd = cfg_.head_dim();
   RAZORKV_CHECK(n > 0 && n <= cfg_.max_context, kInvalidArgument, "tiny_llama::prefill: tokens (",
                 n, ") outside [1, ", cfg_.max_context, "]");
-  row_matrix x(n, cfg_.d_model);
-  for (index_t t = 0; t < n; ++t) {
-    const int id = tokens[static_cast<std::size_t>(t)];
-    RAZORKV_CHECK(id >= 0 && id < cfg_.vocab_size, kInvalidArgument, "tiny_llama::prefill: token ",
-                  t, " (", id, ") outside [0, ", cfg_.vocab_size, ")");
-    x.row(t) = embed_.row(id);
-  }
+  row_matrix x = embed(tokens, 0, n, "tiny_llama::prefill");
   std::vector<index_t> positions(static_cast<std::size_t>(n));
   for (index_t t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = t;
 
@@ -295,6 +301,50 @@ inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_log
   }
   state.logits = all_logits ? output_logits(x) : output_logits(x.bottomRows(1));
   return state;
+}
+
+inline row_matrix model::embed(const std::vector<int>& tokens, index_t first, index_t count,
+                               const char* where) const {
+  row_matrix x(count, cfg_.d_model);
+  for (index_t t = 0; t < count; ++t) {
+    const int id = tokens[static_cast<std::size_t>(first + t)];
+    RAZORKV_CHECK(id >= 0 && id < cfg_.vocab_size, kInvalidArgument, where, ": token ", first + t,
+                  " (", id, ") outside [0, ", cfg_.vocab_size, ")");
+    x.row(t) = embed_.row(id);
+  }
+  return x;
+}
+
+inline Eigen::VectorXf model::prefill_chunked(razorkv::razor_kv_cache<float>& cache,
+                                              const std::vector<int>& tokens, index_t chunk) const {
+  constexpr const char* kWhere = "tiny_llama::prefill_chunked";
+  const index_t n = static_cast<index_t>(tokens.size()), hd = cfg_.head_dim();
+  RAZORKV_CHECK(n > 0 && n <= cfg_.max_context, kInvalidArgument, kWhere, ": tokens (", n,
+                ") outside [1, ", cfg_.max_context, "]");
+  RAZORKV_CHECK(chunk > 0, kInvalidArgument, kWhere, ": chunk (", chunk, ") must be > 0");
+  cache.plan().validate_against(shape());
+  using kv_view = razorkv::layer_view<const float>;
+  row_matrix x;
+  for (index_t first = 0; first < n; first += chunk) {
+    const index_t count = std::min(chunk, n - first);
+    x = embed(tokens, first, count, kWhere);
+    std::vector<index_t> positions(static_cast<std::size_t>(count));
+    for (index_t t = 0; t < count; ++t) positions[static_cast<std::size_t>(t)] = first + t;
+    row_matrix out(count, cfg_.num_q_heads * hd);
+    for (index_t l = 0; l < cfg_.num_layers; ++l) {
+      const layer_weights& w = layers_[static_cast<std::size_t>(l)];
+      row_matrix q, k, v;
+      project(w, rms_norm(x, w.attn_norm), positions, q, k, v);
+      cache.compress_chunk(l, kv_view::nhd(k.data(), count, cfg_.num_kv_heads, hd),
+                           kv_view::nhd(v.data(), count, cfg_.num_kv_heads, hd));
+      razorkv::decode_attention_multi(
+          cache, l, kv_view::nhd(q.data(), count, cfg_.num_q_heads, hd),
+          razorkv::layer_view<float>::nhd(out.data(), count, cfg_.num_q_heads, hd));
+      x += out * w.wo.transpose();
+      x += feed_forward(w, rms_norm(x, w.ffn_norm));
+    }
+  }
+  return output_logits(x.bottomRows(1)).row(0).transpose();
 }
 
 inline razorkv::prompt_kv<float> model::prompt_of(const prefill_state& state,

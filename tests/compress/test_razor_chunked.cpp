@@ -1,14 +1,17 @@
 // Tests of what an engine does with razor_kv_cache around compression: chunked prefill (bit for
 // bit what one-shot compression gives, for every chunk size), short prompts, the checked mode,
-// release(), tensor-parallel plan slices, and the errors decode gives for a misused cache.
+// release(), save and restore, tensor-parallel plan slices, and decode's errors for a misused
+// cache.
 #include <gtest/gtest.h>
 
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/attention/reference.hpp>
 #include <razorkv/cache/any_cache.hpp>
 #include <razorkv/compress/razor_cache.hpp>
+#include <razorkv/compress/razor_state.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -60,15 +63,15 @@ head_plan test_plan() {
 // Everything a head holds, as bits: its entries in order (keys, values, log-weights), its
 // compensation token (count, exact sums) and its window.
 template <class T>
-std::vector<std::uint64_t> head_bits(const razor_kv_cache<T>& cache, index_t h) {
+std::vector<std::uint64_t> head_bits(const razor_kv_cache<T>& cache, index_t h, index_t layer = 0) {
   std::vector<std::uint64_t> bits;
   const auto push = [&](double x) {
     std::uint64_t b = 0;
     std::memcpy(&b, &x, sizeof b);
     bits.push_back(b);
   };
-  for (index_t i = 0; i < cache.num_spans(0, h); ++i) {
-    const auto span = cache.span(0, h, i);
+  for (index_t i = 0; i < cache.num_spans(layer, h); ++i) {
+    const auto span = cache.span(layer, h, i);
     for (index_t r = 0; r < span.length(); ++r) {
       push(span.log_weight);
       for (index_t c = 0; c < kDim; ++c) {
@@ -77,14 +80,14 @@ std::vector<std::uint64_t> head_bits(const razor_kv_cache<T>& cache, index_t h) 
       }
     }
   }
-  const auto token = cache.compensation(0, h);
+  const auto token = cache.compensation(layer, h);
   push(static_cast<double>(token.count));
   for (index_t c = 0; token.key_sum != nullptr && c < kDim; ++c) {
     push(token.key_sum[c]);
     push(token.value_sum[c]);
   }
-  push(static_cast<double>(cache.window(0, h)));
-  push(static_cast<double>(cache.entries(0, h)));
+  push(static_cast<double>(cache.window(layer, h)));
+  push(static_cast<double>(cache.entries(layer, h)));
   return bits;
 }
 
@@ -200,6 +203,36 @@ TYPED_TEST(RazorkvChunkedPrefill, DecodeOverChunkedCacheMatchesTheReference) {
   }
 }
 
+// A chunk's queries attend to the compressed past and the chunk through decode_attention_multi,
+// which checks that the chunk still fits in every window.
+TEST(RazorkvChunkedPrefill, AChunkAttendsThroughMultiTokenDecode) {
+  std::mt19937_64 rng(1209);
+  const prompt<float> layer(120, rng);
+  razor_config config = config_for(compensation_mode::kWeighted, decode_mode::kAppend, 10);
+  razor_kv_cache<float> cache(test_plan(), config);
+  cache.compress_chunk(0, layer.key_view(0, 100), layer.value_view(0, 100));
+  EXPECT_EQ(cache.max_new_tokens(0), 6);  // head 3's buffer override
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(12 * kQueryHeads * kDim), rng);
+  std::vector<float> out(queries.size());
+  for (const index_t chunk : {index_t{6}, index_t{12}}) {
+    cache.compress_chunk(0, layer.key_view(100, chunk), layer.value_view(100, chunk));
+    const auto q = layer_view<const float>::nhd(queries.data(), chunk, kQueryHeads, kDim);
+    const auto o = layer_view<float>::nhd(out.data(), chunk, kQueryHeads, kDim);
+    if (chunk <= 6) {
+      razorkv::decode_attention_multi(cache, 0, q, o);
+      const std::vector<double> want = razorkv::reference::decode_attention_multi(cache, 0, q);
+      EXPECT_LE(
+          razorkv_test::max_abs_diff(
+              std::vector<float>(out.begin(), out.begin() + chunk * kQueryHeads * kDim), want),
+          1e-5);
+    } else {
+      RAZORKV_EXPECT_ERROR(razorkv::decode_attention_multi(cache, 0, q, o), kInvalidArgument,
+                           "queries.tokens() (12) exceeds the 6 newest tokens layer 0 keeps");
+    }
+  }
+}
+
 TEST(RazorkvChunkedPrefill, ChunksEndWhereDecodeBegins) {
   std::mt19937_64 rng(1203);
   const prompt<float> layer(40, rng);
@@ -312,6 +345,133 @@ TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
   cache.compress_layer(0, layer.key_view(0, 300), layer.value_view(0, 300));
   for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(cache, h), head_bits(copy, h));
   RAZORKV_EXPECT_ERROR(cache.release(1), kOutOfRange, "razor_kv_cache::release: layer (1)");
+}
+
+// The span lengths of every head of every layer, and the room a growing head has left: what
+// makes two caches decode, now and after more tokens, bit for bit alike.
+template <class T>
+std::vector<index_t> layout_of(const razor_kv_cache<T>& cache) {
+  std::vector<index_t> layout;
+  for (index_t l = 0; l < cache.num_layers(); ++l) {
+    layout.push_back(cache.is_compressed(l) ? 1 : 0);
+    layout.push_back(cache.prompt_tokens(l));
+    for (index_t h = 0; h < cache.num_kv_heads(); ++h) {
+      for (index_t i = 0; i < cache.num_spans(l, h); ++i)
+        layout.push_back(cache.span(l, h, i).length());
+      layout.push_back(-1);
+    }
+  }
+  layout.push_back(cache.allocated_bytes_after(300) - cache.allocated_bytes());
+  return layout;
+}
+
+// Caches in the states an engine saves: several layers (one never compressed), chunked and
+// one-shot, wrapped rings, chained blocks, decoded tokens, short prompts, every mode.
+template <class T>
+std::vector<razor_kv_cache<T>> caches_to_save(std::mt19937_64& rng) {
+  head_plan plan(razorkv::model_shape{3, kQueryHeads, kHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  plan.set_retrieval(1, 3, true);
+  plan.set_buffer_override(1, 2, 6);
+  const prompt<T> layer(220, rng);
+  std::vector<razor_kv_cache<T>> caches;
+  for (const razor_config& config : every_config()) {
+    razor_kv_cache<T> cache(plan, config);
+    for (index_t first = 0; first < 150; first += 7)  // layer 0 in chunks: a wrapped ring
+      cache.compress_chunk(0, layer.key_view(first, 7), layer.value_view(first, 7));
+    cache.compress_layer(1, layer.key_view(0, 3), layer.value_view(0, 3));  // a short prompt
+    for (index_t t = 150; t < 220; ++t) {  // decode: blocks chained, windows slide
+      cache.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+      cache.append(1, layer.key_view(t, 1), layer.value_view(t, 1));
+    }
+    caches.push_back(std::move(cache));  // layer 2 stays uncompressed
+  }
+  return caches;
+}
+
+TYPED_TEST(RazorkvChunkedPrefill, SaveAndRestoreRoundTripBitForBit) {
+  using T = TypeParam;
+  std::mt19937_64 rng(razorkv_test::test_seeds(1210).front());
+  const prompt<T> next(2, rng);
+  const std::vector<float> queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(kQueryHeads * kDim), rng);
+  const matrix_view<const float> q(queries.data(), kQueryHeads, kDim);
+  for (razor_kv_cache<T>& original : caches_to_save<T>(rng)) {
+    const std::vector<std::uint8_t> bytes = razorkv::save_state(original);
+    razor_kv_cache<T> restored = razorkv::restore_state<T>(bytes);
+    EXPECT_EQ(razorkv::save_state(restored), bytes);
+    ASSERT_EQ(layout_of(restored), layout_of(original));
+    EXPECT_EQ(restored.kv_bytes(), original.kv_bytes());
+    for (index_t step = 0; step < 2; ++step) {
+      for (index_t l = 0; l < 2; ++l) {
+        EXPECT_EQ(restored.num_tokens(l), original.num_tokens(l));
+        for (index_t h = 0; h < kHeads; ++h)
+          ASSERT_EQ(head_bits(restored, h, l), head_bits(original, h, l)) << l << "/" << h;
+        std::vector<float> got(static_cast<std::size_t>(kQueryHeads * kDim)), want(got.size());
+        razorkv::decode_attention(restored, l, q,
+                                  matrix_view<float>(got.data(), kQueryHeads, kDim));
+        razorkv::decode_attention(original, l, q,
+                                  matrix_view<float>(want.data(), kQueryHeads, kDim));
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+        // Both go on alike: the restored cache kept the room and windows the original had.
+        restored.append(l, next.key_view(step, 1), next.value_view(step, 1));
+        original.append(l, next.key_view(step, 1), next.value_view(step, 1));
+      }
+    }
+    EXPECT_FALSE(restored.is_compressed(2));
+  }
+}
+
+// The loader is strict: every prefix of a state, a byte after it, and each field the method
+// could not have produced are errors naming the field; max_bytes bounds what it allocates.
+TEST(RazorkvRazorState, TheLoaderRejectsWhatSaveDidNotWrite) {
+  std::mt19937_64 rng(1211);
+  head_plan plan(razorkv::model_shape{1, kQueryHeads, kHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  const prompt<float> layer(40, rng);
+  razor_config config = config_for(compensation_mode::kWeighted, decode_mode::kAppend);
+  razor_kv_cache<float> cache(plan, config);
+  cache.compress_layer(0, layer.key_view(0, 30), layer.value_view(0, 30));
+  cache.append(0, layer.key_view(30, 1), layer.value_view(30, 1));
+  const std::vector<std::uint8_t> bytes = razorkv::save_state(cache);
+  for (std::size_t size = 0; size < bytes.size(); ++size) {
+    RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(bytes.data(), size), kInvalidArgument,
+                         "restore_state: ");
+  }
+  std::vector<std::uint8_t> longer = bytes;
+  longer.push_back(0);
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(longer), kInvalidArgument,
+                       "restore_state: 1 bytes follow the state's end");
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<Eigen::bfloat16>(bytes), kInvalidArgument,
+                       "restore_state: the state holds dtype 0 (float), the cache stores bfloat16");
+  const auto corrupt = [&](std::size_t at, std::uint8_t value) {
+    std::vector<std::uint8_t> changed = bytes;
+    changed.at(at) = value;
+    return changed;
+  };
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(0, 'X')), kInvalidArgument,
+                       "it is not a razorkv state");
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8, 2)), kInvalidArgument,
+                       "restore_state: version (2) is not the version this razorkv reads (1)");
+  // The header: magic 8, version 4, dtype 4, shape 32, config 5 * 8 + 8 + 4 + 4 + 1; the plan
+  // 4 * 9; the layer: flag 1, tokens 8, prompt 8; then head 0's window.
+  const std::size_t header = 8 + 4 + 4 + 32 + 57, plan_bytes = 4 * 9;
+  const std::size_t window_at = header + plan_bytes + 17;
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(window_at, 3)), kInvalidArgument,
+                       "restore_state: a head's window (3) outside [15, 15]");
+  // The layer's tokens, 31, made 32: a token invented.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(header + plan_bytes + 1, 32)),
+                       kInvalidArgument,
+                       "restore_state: layer 0 kv head 0 accounts for 31 tokens (sinks, ring, "
+                       "blocks, dropped), the layer has 32");
+  // Head 0's mean key, after its 6 fields, mean flag, and 4 sinks + 16 ring rows (15 and the
+  // appended token) of K and of V.
+  const std::size_t mean_at = window_at + 6 * 8 + 1 + 2 * (4 + 16) * kDim * sizeof(float);
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(mean_at + 3, bytes[mean_at + 3] ^ 1)),
+                       kInvalidArgument, "the mean token is not the mean of its sums");
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(bytes, 1000), kInvalidArgument,
+                       "over max_bytes (1000)");
+  EXPECT_NO_THROW(razorkv::restore_state<float>(bytes, cache.allocated_bytes()));
 }
 
 // A tensor-parallel rank holds kv heads [first, first + count): its cache, built from the

@@ -198,6 +198,40 @@ TEST(RazorkvTrainedModel, RazorFindsNeedlesLikeTheFullCache) {
   EXPECT_LE(3 * kv_bytes[1], kv_bytes[0] + kv_bytes[0] / 20) << "razor held more than a third";
 }
 
+// The engine's chunked prefill runs the same model as its dense prefill: with a window that
+// drops nothing, every chunk size gives the dense prefill's last logits; with one that drops,
+// the cache holds what its budget allows and a chunk longer than a window is an error.
+TEST(RazorkvTrainedModel, ChunkedPrefillIsTheDensePrefillWhenNothingIsDropped) {
+  const tiny_llama::model& m = trained();
+  const auto tokens64 =
+      razorkv::io::read_npy(kModelDir + "/reference_tokens.npy").to<std::int64_t>();
+  const std::vector<int> tokens(tokens64.begin(), tokens64.end());
+  const auto n = static_cast<index_t>(tokens.size());
+  const tiny_llama::prefill_state dense = m.prefill(tokens, false);
+  const razorkv::head_plan plan =
+      razorkv::io::head_plan_from_json(razorkv::io::read_text_file(kModelDir + "/plan.json"));
+  razorkv::razor_config keep_all;
+  keep_all.s0 = n;  // the window holds the whole prompt
+  for (const index_t chunk : {index_t{1}, index_t{7}, index_t{32}, n}) {
+    razorkv::razor_kv_cache<float> cache(plan, keep_all);
+    const Eigen::VectorXf logits = m.prefill_chunked(cache, tokens, chunk);
+    EXPECT_LT(relative_max_error(dense.logits,
+                                 std::vector<float>(logits.data(), logits.data() + logits.size())),
+              1e-4)
+        << "chunk " << chunk;
+    EXPECT_EQ(cache.kv_bytes(), cache.dense_kv_bytes());
+  }
+  razorkv::razor_config small_window;
+  small_window.fixed_window = 16;
+  razorkv::razor_kv_cache<float> cache(plan, small_window);
+  m.prefill_chunked(cache, tokens, 16);
+  EXPECT_EQ(cache.num_tokens(0), n);
+  EXPECT_EQ(cache.entries(0, 0), plan.is_retrieval(0, 0) ? n : 4 + 1 + 16);
+  razorkv::razor_kv_cache<float> too_long(plan, small_window);
+  RAZORKV_EXPECT_ERROR(m.prefill_chunked(too_long, tokens, 17), kInvalidArgument,
+                       "queries.tokens() (17) exceeds the 16 newest tokens layer 0 keeps");
+}
+
 TEST(RazorkvTrainedModel, LoaderRejectsAMissingOrBadConfig) {
   const std::string path = testing::TempDir() + "/no_config.safetensors";
   std::string header = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";

@@ -66,6 +66,8 @@ struct razor_head {
   detail::head_rows<T> mean;
 };
 
+struct razor_state_access;  // save_state and restore_state (compress/razor_state.hpp)
+
 }  // namespace detail
 
 /// The RazorAttention KV cache of one sequence (docs/method.md, section 4), built from a head
@@ -130,16 +132,17 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   index_t window(index_t layer, index_t kv_head) const {
     return head_at(layer, kv_head, "razor_kv_cache::window").window;
   }
-  /// How many tokens appended together are still the layer's newest entries, as
-  /// decode_attention_multi needs its new tokens to be: in bounded mode the smallest window of
-  /// the layer's non-retrieval heads (a longer run pushes its first tokens into the compensation
-  /// token), else every one. decode_attention_multi checks its token count against it.
+  /// How many of the layer's newest tokens every head still holds as entries of their own, as
+  /// decode_attention_multi needs its new tokens to be (it checks its token count against this):
+  /// a head that dropped tokens holds its window and what it appended since (in bounded mode,
+  /// the window alone); a retrieval head, or one that dropped nothing, holds every token. So a
+  /// chunk of a chunked prefill, or a run of tokens appended together, must fit in the windows.
   index_t max_new_tokens(index_t layer) const {
     const layer_storage& l = layer_at(layer, "razor_kv_cache::max_new_tokens");
     index_t limit = std::numeric_limits<index_t>::max();
-    if (config_.decode != decode_mode::kBounded) return limit;
     for (const head_state& head : l.heads) {
-      if (!head.retrieval) limit = std::min(limit, head.window);
+      if (!head.retrieval && head.dropped > 0)
+        limit = std::min(limit, head.ring_rows + head.appended.rows());
     }
     return limit;
   }
@@ -766,6 +769,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       if (compensate) refresh_mean(head);
     }
   }
+
+  friend struct detail::razor_state_access;
 
   head_plan plan_;
   razor_config config_;

@@ -122,6 +122,14 @@ decode_work<typename Source::value_type, TO> prepare_decode(
     RAZORKV_CHECK(cache.is_compressed(layer), kInvalidArgument, where, ": layer ", layer,
                   " has not been compressed yet (compress_layer its prefill before decoding it)");
   }
+  if constexpr (has_max_new_tokens<Source>::value) {
+    const index_t limit = cache.max_new_tokens(layer);
+    RAZORKV_CHECK(tokens <= limit, kInvalidArgument, where, ": queries.tokens() (", tokens,
+                  ") exceeds the ", limit, " newest tokens layer ", layer,
+                  " keeps as they are (older ones are folded into the compensation token); "
+                  "decode at most that many tokens at once");
+  }
+
   const double scale = softmax_scale(scale_option, head_dim, where);
 
   decode_work<T, TO> work;
@@ -150,14 +158,6 @@ decode_work<typename Source::value_type, TO> prepare_decode(
                   work.entries[static_cast<std::size_t>(h)], " entries, fewer than the ", tokens,
                   " new token(s) being decoded");
   }
-  if constexpr (has_max_new_tokens<Source>::value) {
-    const index_t limit = cache.max_new_tokens(layer);
-    RAZORKV_CHECK(tokens <= limit, kInvalidArgument, where, ": queries.tokens() (", tokens,
-                  ") exceeds the ", limit, " newest tokens layer ", layer,
-                  " keeps as they are (bounded decode folds older ones into the compensation "
-                  "token); decode at most that many tokens at once");
-  }
-
   work.group = num_query_heads / num_kv_heads;
   work.per_head = checked_mul(tokens, work.group, "decode_attention: queries per kv head");
   work.scaled.resize(static_cast<std::size_t>(

@@ -1,0 +1,391 @@
+// razorkv/compress/razor_state.hpp: save_state and restore_state, one sequence's razor_kv_cache
+// as bytes (swap-out, offload, prefix reuse): a versioned format and a strict loader.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "razorkv/compress/razor_cache.hpp"
+#include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
+#include "razorkv/core/head_plan.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/math.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// The format version save_state writes; restore_state reads this version only.
+inline constexpr std::uint32_t kRazorStateVersion = 1;
+
+namespace detail {
+
+// The format, little-endian, fields in this order (i64: int64, u8/u32: unsigned):
+//   "RZKVSTAT" | u32 version | u32 dtype | i64 num_layers, num_query_heads, num_kv_heads,
+//   head_dim | config: i64 sinks, s0, fixed_window, decode_reserve, growth_rows, f64 c,
+//   u32 compensation, u32 decode, u8 check_finite | plan, per (layer, kv head): u8 retrieval,
+//   i64 buffer override (0: none) | per layer: u8 compressed, i64 tokens, prompt_tokens, and
+//   if compressed per kv head: i64 window, dropped, sinks, ring capacity, ring start, ring rows,
+//   u8 mean rows, then rows as [rows, head_dim] keys then values: the sinks, the ring's rows
+//   oldest first, the mean; the exact sums (2 * head_dim f64) unless compensation is none;
+//   i64 blocks, and per block i64 capacity, rows, then its rows.
+inline constexpr char kRazorStateMagic[8] = {'R', 'Z', 'K', 'V', 'S', 'T', 'A', 'T'};
+
+inline bool host_is_little_endian() noexcept {
+  const std::uint16_t one = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+class state_writer {
+ public:
+  template <class V>
+  void scalar(V value) {
+    static_assert(std::is_trivially_copyable_v<V>, "razorkv: state scalars are plain values");
+    append(&value, sizeof value);
+  }
+  template <class T>
+  void rows(const matrix_view<const T>& m) {
+    for (index_t r = 0; r < m.rows(); ++r)
+      append(m.row(r), static_cast<std::size_t>(m.cols()) * sizeof(T));
+  }
+  void append(const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    out.insert(out.end(), p, p + bytes);
+  }
+  std::vector<std::uint8_t> out;
+};
+
+class state_reader {
+ public:
+  state_reader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+
+  template <class V>
+  V scalar(const char* what) {
+    need(sizeof(V), what);
+    V value;
+    std::memcpy(&value, data_ + at_, sizeof value);
+    at_ += sizeof value;
+    return value;
+  }
+  // An i64 in [lo, hi]; anything else is an error naming the field, the value and the range.
+  index_t count(const char* what, index_t lo, index_t hi) {
+    const auto value = scalar<std::int64_t>(what);
+    RAZORKV_CHECK(value >= lo && value <= hi, kInvalidArgument, "restore_state: ", what, " (",
+                  value, ") outside [", lo, ", ", hi, "] at byte ", at_ - sizeof value);
+    return static_cast<index_t>(value);
+  }
+  // A u8 that must be 0 or 1.
+  bool flag(const char* what) {
+    const auto value = scalar<std::uint8_t>(what);
+    RAZORKV_CHECK(value <= 1, kInvalidArgument, "restore_state: ", what, " (",
+                  static_cast<int>(value), ") is not 0 or 1 at byte ", at_ - 1);
+    return value == 1;
+  }
+  // Copies `bytes` bytes out, after checking the data holds them.
+  void copy(void* dst, std::size_t bytes, const char* what) {
+    need(bytes, what);
+    if (bytes > 0) std::memcpy(dst, data_ + at_, bytes);
+    at_ += bytes;
+  }
+  // Throws unless the data holds `bytes` more bytes.
+  void need(std::size_t bytes, const char* what) const {
+    RAZORKV_CHECK(bytes <= size_ - at_, kInvalidArgument, "restore_state: the data (", size_,
+                  " bytes) ends inside ", what, " at byte ", at_);
+  }
+  std::size_t remaining() const noexcept { return size_ - at_; }
+  std::size_t position() const noexcept { return at_; }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_, at_ = 0;
+};
+
+// save_state and restore_state, with the cache's internals (a friend of razor_kv_cache).
+struct razor_state_access {
+  template <class T>
+  static void save(const razor_kv_cache<T>& cache, state_writer& w) {
+    const index_t dim = cache.head_dim();
+    for (const auto& l : cache.layers_) {
+      w.scalar<std::uint8_t>(l.compressed ? 1 : 0);
+      w.scalar<std::int64_t>(l.tokens);
+      w.scalar<std::int64_t>(l.prompt_tokens);
+      if (!l.compressed) continue;
+      for (const auto& head : l.heads) {
+        for (const index_t field : {head.window, head.dropped, head.sinks.rows(),
+                                    head.recent.capacity(), head.ring_start, head.ring_rows})
+          w.scalar<std::int64_t>(field);
+        w.scalar<std::uint8_t>(static_cast<std::uint8_t>(head.mean.rows()));
+        // Rows [first, first + count) of keys (values: of values); nothing for count 0 (a
+        // head without sinks or mean has no storage at all).
+        const auto write = [&](const head_rows<T>& rows, index_t first, index_t count,
+                               bool values) {
+          if (count > 0) w.rows(values ? rows.values(first, count) : rows.keys(first, count));
+        };
+        const auto both = [&](const head_rows<T>& rows, index_t count) {
+          write(rows, 0, count, false);
+          write(rows, 0, count, true);
+        };
+        both(head.sinks, head.sinks.rows());
+        const index_t first_part =
+            std::min(head.ring_rows, head.recent.capacity() - head.ring_start);
+        for (const bool values : {false, true}) {
+          write(head.recent, head.ring_start, first_part, values);
+          write(head.recent, 0, head.ring_rows - first_part, values);
+        }
+        both(head.mean, head.mean.rows());
+        if (!head.sums.empty())
+          w.append(head.sums.data(), static_cast<std::size_t>(2 * dim) * sizeof(double));
+        index_t blocks = 0;
+        head.appended.for_each_block([&](const head_rows<T>&, index_t) { ++blocks; });
+        w.scalar<std::int64_t>(blocks);
+        head.appended.for_each_block([&](const head_rows<T>& block, index_t rows) {
+          w.scalar<std::int64_t>(block.capacity());
+          w.scalar<std::int64_t>(rows);
+          both(block, rows);
+        });
+      }
+    }
+  }
+
+  // Restores the layers of `cache` (built from the saved plan and config) from `r`, checking
+  // every count against the rules that made it and every allocation against `max_bytes`.
+  template <class T>
+  static void restore(razor_kv_cache<T>& cache, state_reader& r, index_t max_bytes) {
+    constexpr const char* kWhere = "restore_state";
+    using head_state = razor_head<T>;
+    const razor_config& config = cache.config_;
+    const head_plan& plan = cache.plan_;
+    const index_t dim = cache.head_dim();
+    const bool compensate = config.compensation != compensation_mode::kNone;
+    const bool bounded = config.decode == decode_mode::kBounded;
+    const index_t row_bytes =
+        checked_mul(2 * dim, static_cast<index_t>(sizeof(T)), "restore_state: row bytes");
+    // K/V bytes allocated so far, checked against max_bytes before each allocation.
+    index_t allocated = 0;
+    const auto charge = [&](index_t rows, const char* what) {
+      allocated = checked_add(allocated, checked_mul(rows, row_bytes, kWhere), kWhere);
+      RAZORKV_CHECK(allocated <= max_bytes, kInvalidArgument, kWhere, ": ", what,
+                    " would bring the restored cache to ", allocated, " bytes, over max_bytes (",
+                    max_bytes, ")");
+    };
+    const auto allocate = [&](index_t rows, const char* what) {
+      charge(rows, what);
+      return head_rows<T>(rows, dim);
+    };
+    // Reads `rows` rows of keys, then of values, into the scratch vectors.
+    const auto read_rows = [&](index_t rows, std::vector<T>& keys, std::vector<T>& values,
+                               const char* what) {
+      const auto bytes = static_cast<std::size_t>(checked_mul(rows, dim, kWhere)) * sizeof(T);
+      r.need(2 * bytes, what);
+      keys.resize(static_cast<std::size_t>(rows * dim));
+      values.resize(keys.size());
+      r.copy(keys.data(), bytes, what);
+      r.copy(values.data(), bytes, what);
+    };
+    std::vector<T> keys, values;
+    const auto view = [&](const std::vector<T>& data, index_t rows) {
+      return rows == 0 ? matrix_view<const T>(nullptr, 0, dim)
+                       : matrix_view<const T>(data.data(), rows, dim);
+    };
+    for (index_t layer = 0; layer < cache.num_layers(); ++layer) {
+      auto& l = cache.layers_[static_cast<std::size_t>(layer)];
+      const bool compressed = r.flag("a layer's compressed flag");
+      const index_t max_tokens = std::numeric_limits<std::int64_t>::max();
+      l.tokens = r.count("a layer's tokens", compressed ? 1 : 0, compressed ? max_tokens : 0);
+      l.prompt_tokens = r.count("a layer's prompt tokens", compressed ? 1 : 0, l.tokens);
+      if (!compressed) continue;
+      l.heads.resize(static_cast<std::size_t>(cache.num_kv_heads()));
+      for (index_t h = 0; h < cache.num_kv_heads(); ++h) {
+        head_state& head = l.heads[static_cast<std::size_t>(h)];
+        head.retrieval = plan.is_retrieval(layer, h);
+        // The window and the sinks are what compression gives for the prompt: nothing else.
+        index_t window = 0, sinks = 0;
+        if (!head.retrieval) {
+          window = recent_window(l.prompt_tokens, config.budget(), plan.buffer_override(layer, h));
+          if (bounded) window = std::max<index_t>(window, 1);
+          sinks = std::min(config.sinks, l.prompt_tokens);
+        }
+        head.window = r.count("a head's window", window, window);
+        head.dropped = r.count("a head's dropped tokens", 0, head.retrieval ? 0 : l.tokens);
+        const index_t sink_rows = r.count("a head's sinks", sinks, sinks);
+        const index_t capacity =
+            r.count("a head's ring capacity", bounded && !head.retrieval ? window : 0, max_tokens);
+        head.ring_start = r.count("a head's ring start", 0, std::max<index_t>(capacity - 1, 0));
+        const index_t ring_rows =
+            r.count("a head's ring rows", 0, bounded && !head.retrieval ? window : capacity);
+        const index_t mean_rows = r.scalar<std::uint8_t>("a head's mean rows");
+        RAZORKV_CHECK(mean_rows == (compensate && head.dropped > 0 ? 1 : 0), kInvalidArgument,
+                      kWhere, ": layer ", layer, " kv head ", h, " has ", mean_rows,
+                      " mean rows for ", head.dropped, " dropped tokens under compensation ",
+                      compensation_mode_name(config.compensation));
+
+        if (!head.retrieval) head.sinks = allocate(config.sinks, "the sinks");
+        read_rows(sink_rows, keys, values, "a head's sinks");
+        head.sinks.write(0, view(keys, sink_rows), view(values, sink_rows));
+        head.sinks.set_rows(sink_rows);
+        head.recent = allocate(capacity, "a head's ring");
+        read_rows(ring_rows, keys, values, "a head's ring");
+        razor_kv_cache<T>::push_ring(head, view(keys, ring_rows), view(values, ring_rows));
+        if (compensate && !head.retrieval) {
+          head.mean = allocate(1, "a head's mean");
+          read_rows(mean_rows, keys, values, "a head's mean");
+          head.mean.write(0, view(keys, mean_rows), view(values, mean_rows));
+          head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
+          r.copy(head.sums.data(), head.sums.size() * sizeof(double), "a head's sums");
+          if (mean_rows == 1) {
+            // The stored mean is the sums' mean rounded to T: anything else was not saved.
+            head_state check;
+            check.mean = head_rows<T>(1, dim);
+            check.sums = head.sums;
+            check.dropped = head.dropped;
+            cache.refresh_mean(check);
+            RAZORKV_CHECK(std::memcmp(check.mean.key_row(0), keys.data(),
+                                      static_cast<std::size_t>(dim) * sizeof(T)) == 0 &&
+                              std::memcmp(check.mean.value_row(0), values.data(),
+                                          static_cast<std::size_t>(dim) * sizeof(T)) == 0,
+                          kInvalidArgument, kWhere, ": layer ", layer, " kv head ", h,
+                          ": the mean token is not the mean of its sums");
+            head.mean.set_rows(1);
+          }
+        } else {
+          RAZORKV_CHECK(mean_rows == 0, kInvalidArgument, kWhere, ": mean rows without sums");
+        }
+        const bool grows = head.retrieval || !bounded;
+        const index_t blocks =
+            r.count("a head's blocks", 0,
+                    grows && ring_rows == capacity ? static_cast<index_t>(r.remaining()) : 0);
+        index_t block_rows = 0;
+        for (index_t b = 0; b < blocks; ++b) {
+          const index_t block_capacity =
+              r.count("a block's capacity", 1, l.tokens + config.growth_rows);
+          const index_t rows =
+              r.count("a block's rows", b + 1 < blocks ? block_capacity : 1, block_capacity);
+          charge(block_capacity, "a block");
+          head.appended.reserve_more(rows, block_capacity, dim);  // one block of that capacity
+          read_rows(rows, keys, values, "a block");
+          head.appended.append(view(keys, rows), view(values, rows));
+          block_rows += rows;
+        }
+        // Every token is an entry or was folded: a state that lost or invented one is corrupt.
+        const index_t held = sink_rows + ring_rows + block_rows + head.dropped;
+        RAZORKV_CHECK(held == l.tokens, kInvalidArgument, kWhere, ": layer ", layer, " kv head ", h,
+                      " accounts for ", held,
+                      " tokens (sinks, ring, blocks, dropped), the layer has ", l.tokens);
+      }
+      l.compressed = true;
+    }
+  }
+};
+
+}  // namespace detail
+
+/// One sequence's razor_kv_cache as bytes: its plan (decisions and buffer overrides; not the
+/// plan's provenance), config and every layer's state, so that restore_state gives back a cache
+/// that holds, and decodes, bit for bit what this one does. Reserved room and spare blocks are
+/// kept as capacities, not bytes. The format is versioned (kRazorStateVersion), little-endian.
+template <class T>
+std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
+  RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument,
+                "save_state: the format is little-endian and this machine is not");
+  detail::state_writer w;
+  w.append(detail::kRazorStateMagic, sizeof detail::kRazorStateMagic);
+  w.scalar<std::uint32_t>(kRazorStateVersion);
+  w.scalar<std::uint32_t>(static_cast<std::uint32_t>(dtype_of<T>()));
+  const model_shape& shape = cache.plan().shape();
+  for (const index_t n :
+       {shape.num_layers, shape.num_query_heads, shape.num_kv_heads, shape.head_dim})
+    w.scalar<std::int64_t>(n);
+  const razor_config& config = cache.config();
+  for (const index_t n :
+       {config.sinks, config.s0, config.fixed_window, config.decode_reserve, config.growth_rows})
+    w.scalar<std::int64_t>(n);
+  w.scalar<double>(config.c);
+  w.scalar<std::uint32_t>(static_cast<std::uint32_t>(config.compensation));
+  w.scalar<std::uint32_t>(static_cast<std::uint32_t>(config.decode));
+  w.scalar<std::uint8_t>(config.check_finite ? 1 : 0);
+  for (index_t l = 0; l < shape.num_layers; ++l) {
+    for (index_t h = 0; h < shape.num_kv_heads; ++h) {
+      w.scalar<std::uint8_t>(cache.plan().is_retrieval(l, h) ? 1 : 0);
+      w.scalar<std::int64_t>(cache.plan().buffer_override(l, h).value_or(0));
+    }
+  }
+  detail::razor_state_access::save(cache, w);
+  return std::move(w.out);
+}
+
+/// The cache save_state wrote into `data` (`size` bytes), checked throughout: a wrong magic,
+/// version or dtype, a count the method could not have produced (a window or sinks other than
+/// the rule's for the prompt, tokens lost or invented, a mean token that is not the mean of its
+/// sums), data that ends early or runs on are each a kInvalidArgument error naming the field
+/// and the byte. It allocates what the saved cache had (reserved room included) and never more
+/// than `max_bytes` of K/V: a state asking for more is an error before the allocation.
+template <class T>
+razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
+                                index_t max_bytes = std::numeric_limits<index_t>::max()) {
+  constexpr const char* kWhere = "restore_state";
+  RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument, kWhere,
+                ": the format is little-endian and this machine is not");
+  RAZORKV_CHECK(data != nullptr || size == 0, kInvalidArgument, kWhere, ": data is null");
+  detail::state_reader r(data, size);
+  char magic[sizeof detail::kRazorStateMagic];
+  r.copy(magic, sizeof magic, "the magic");
+  RAZORKV_CHECK(std::memcmp(magic, detail::kRazorStateMagic, sizeof magic) == 0, kInvalidArgument,
+                kWhere, ": the data does not start with \"RZKVSTAT\"; it is not a razorkv state");
+  const auto version = r.scalar<std::uint32_t>("the version");
+  RAZORKV_CHECK(version == kRazorStateVersion, kInvalidArgument, kWhere, ": version (", version,
+                ") is not the version this razorkv reads (", kRazorStateVersion, ")");
+  const auto saved_dtype = r.scalar<std::uint32_t>("the dtype");
+  RAZORKV_CHECK(saved_dtype == static_cast<std::uint32_t>(dtype_of<T>()), kInvalidArgument, kWhere,
+                ": the state holds dtype ", saved_dtype, " (",
+                saved_dtype <= 3 ? dtype_name(static_cast<dtype>(saved_dtype)) : "unknown",
+                "), the cache stores ", dtype_name<T>());
+  // Each (layer, kv head) takes at least 9 bytes of plan: bound the shape by the data.
+  const auto limit = static_cast<index_t>(std::min<std::size_t>(r.remaining(), 1u << 30));
+  model_shape shape;
+  shape.num_layers = r.count("num_layers", 1, limit);
+  shape.num_query_heads = r.count("num_query_heads", 1, limit);
+  shape.num_kv_heads = r.count("num_kv_heads", 1, limit);
+  shape.head_dim = r.count("head_dim", 1, limit);
+  const index_t max_index = std::numeric_limits<std::int64_t>::max();
+  razor_config config;
+  config.sinks = r.count("config.sinks", 0, max_index);
+  config.s0 = r.count("config.s0", 0, max_index);
+  config.fixed_window = r.count("config.fixed_window", 0, max_index);
+  config.decode_reserve = r.count("config.decode_reserve", 0, max_index);
+  config.growth_rows = r.count("config.growth_rows", 1, max_index);
+  config.c = r.scalar<double>("config.c");
+  config.compensation =
+      static_cast<compensation_mode>(r.scalar<std::uint32_t>("config.compensation"));
+  config.decode = static_cast<decode_mode>(r.scalar<std::uint32_t>("config.decode"));
+  config.check_finite = r.flag("config.check_finite");
+  check_config(config, kWhere);
+  r.need(static_cast<std::size_t>(detail::checked_mul(
+             detail::checked_mul(shape.num_layers, shape.num_kv_heads, kWhere), 9, kWhere)),
+         "the plan");
+  head_plan plan(shape);
+  for (index_t l = 0; l < shape.num_layers; ++l) {
+    for (index_t h = 0; h < shape.num_kv_heads; ++h) {
+      plan.set_retrieval(l, h, r.flag("a plan's retrieval flag"));
+      const index_t buffer = r.count("a plan's buffer override", 0, max_index);
+      if (buffer > 0) plan.set_buffer_override(l, h, buffer);
+    }
+  }
+  razor_kv_cache<T> cache(std::move(plan), config);
+  detail::razor_state_access::restore(cache, r, max_bytes);
+  RAZORKV_CHECK(r.remaining() == 0, kInvalidArgument, kWhere, ": ", r.remaining(),
+                " bytes follow the state's end at byte ", r.position());
+  return cache;
+}
+/// The same over the bytes save_state returned.
+template <class T>
+razor_kv_cache<T> restore_state(const std::vector<std::uint8_t>& bytes,
+                                index_t max_bytes = std::numeric_limits<index_t>::max()) {
+  return restore_state<T>(bytes.data(), bytes.size(), max_bytes);
+}
+
+RAZORKV_END_NAMESPACE
