@@ -28,14 +28,15 @@ void restore_and_use(const std::uint8_t* data, std::size_t size) {
     std::vector<float> out(queries.size());
     const std::vector<T> token(static_cast<std::size_t>(shape.num_kv_heads * shape.head_dim),
                                T(0.25f));
-    const auto kv = razorkv::layer_view<const T>::nhd(token.data(), 1, shape.num_kv_heads,
-                                                      shape.head_dim);
+    const auto kv =
+        razorkv::layer_view<const T>::nhd(token.data(), 1, shape.num_kv_heads, shape.head_dim);
     for (razorkv::index_t l = 0; l < cache.num_layers(); ++l) {
       if (!cache.is_compressed(l)) continue;
       for (int step = 0; step < 2; ++step) {
         razorkv::decode_attention(
             cache, l,
-            razorkv::matrix_view<const float>(queries.data(), shape.num_query_heads, shape.head_dim),
+            razorkv::matrix_view<const float>(queries.data(), shape.num_query_heads,
+                                              shape.head_dim),
             razorkv::matrix_view<float>(out.data(), shape.num_query_heads, shape.head_dim));
         cache.append(l, kv, kv);
       }

@@ -167,7 +167,10 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
         << "\" y=\"" << top + 18 * static_cast<int>(n) + 6 << "\">" << names[n] << "</text>\n";
   }
   svg << "</svg>\n";
-  std::ofstream(path) << svg.str();
+  std::ofstream out(path);
+  out << svg.str();
+  RAZORKV_CHECK(out.good(), kInvalidArgument, "razorkv_trained_evaluate: cannot write \"", path,
+                "\"");
 }
 
 }  // namespace
@@ -253,6 +256,8 @@ int main(int argc, char** argv) {
     }
 
     std::ofstream csv(out_dir + "/trained_eval.csv");
+    RAZORKV_CHECK(csv.good(), kInvalidArgument, "razorkv_trained_evaluate: cannot write \"",
+                  out_dir, "/trained_eval.csv\"; does the output folder exist?");
     csv << "policy,context,copy_accuracy,needle_accuracy,retrieval_exact_match,retrieval_trials,"
            "answer_chars,nll_per_byte,kv_fraction_of_full\n";
     std::printf("%-44s %7s %7s %7s %9s %7s %9s %8s\n", "policy", "context", "copy", "needle",

@@ -21,6 +21,7 @@
 #include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/compress/razor_config.hpp"
+#include "razorkv/compress/razor_state.hpp"
 #include "razorkv/compress/window_rule.hpp"
 
 #include "razorkv/attention/decode.hpp"

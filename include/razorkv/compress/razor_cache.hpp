@@ -49,7 +49,7 @@ namespace detail {
 template <class T>
 struct razor_head {
   bool retrieval = false;
-  index_t window = 0;          // L_h; in bounded mode the ring's size (>= 1)
+  index_t window = 0;          // L_h; in bounded mode the most entries the ring keeps (>= 1)
   detail::head_rows<T> sinks;  // [<= N0, dim] (non-retrieval heads; fewer for a short prompt)
   // Retrieval heads: every token; else the recent window. A ring over its whole capacity: its
   // ring_rows entries start at row ring_start and wrap to row 0 (a bounded window slides, and
@@ -255,7 +255,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head_state& head = l.heads[h];
       head_growth& g = growth[h];
       if (head.retrieval) {
-        // One block per chunk, in whole growth_rows (whole decode blocks): few spans.
+        // One block per chunk, rounded up to whole growth_rows: few spans.
         const index_t block = detail::checked_mul(
             (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
         head.appended.reserve_more(added - room(head, added), block, head_dim());
