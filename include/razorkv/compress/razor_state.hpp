@@ -262,7 +262,7 @@ struct razor_state_access {
         index_t block_rows = 0;
         for (index_t b = 0; b < blocks; ++b) {
           const index_t block_capacity =
-              r.count("a block's capacity", 1, l.tokens + config.growth_rows);
+              r.count("a block's capacity", 1, checked_add(l.tokens, config.growth_rows, kWhere));
           const index_t rows =
               r.count("a block's rows", b + 1 < blocks ? block_capacity : 1, block_capacity);
           charge(block_capacity, "a block");
@@ -272,7 +272,7 @@ struct razor_state_access {
           block_rows += rows;
         }
         // Every token is an entry or was folded: a state that lost or invented one is corrupt.
-        const index_t held = sink_rows + ring_rows + block_rows + head.dropped;
+        const index_t held = checked_add(sink_rows + ring_rows + block_rows, head.dropped, kWhere);
         RAZORKV_CHECK(held == l.tokens, kInvalidArgument, kWhere, ": layer ", layer, " kv head ", h,
                       " accounts for ", held,
                       " tokens (sinks, ring, blocks, dropped), the layer has ", l.tokens);
