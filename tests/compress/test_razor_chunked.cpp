@@ -486,7 +486,8 @@ TEST(RazorkvPlanSlice, RankCachesEqualTheirHeadsOfTheWholeCache) {
   config.s0 = 10;
   razor_kv_cache<float> whole(plan, config);
   whole.compress_layer(0, layer.key_view(0, 120), layer.value_view(0, 120));
-  for (const auto& [first, count] : {std::pair<index_t, index_t>{0, 2}, {2, 2}, {1, 3}, {0, 4}}) {
+  for (const auto& range : {std::pair<index_t, index_t>{0, 2}, {2, 2}, {1, 3}, {0, 4}}) {
+    const index_t first = range.first, count = range.second;  // lambdas below capture them
     const head_plan slice = plan.slice_kv_heads(first, count);
     EXPECT_EQ(slice.shape().num_kv_heads, count);
     EXPECT_EQ(slice.shape().num_query_heads, count * kQueryHeads / kHeads);
