@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds razorkv's libFuzzer targets (Clang, ASan + UBSan) and runs each from its seed corpus for
-# RAZORKV_FUZZ_SECONDS seconds (default 30); fails on the first crash, leak, sanitizer report or
+# RAZORKV_FUZZ_SECONDS seconds (default 10); fails on the first crash, leak, sanitizer report or
 # property violation, leaving the reproducer in build/fuzz/findings/<target>/.
-#   bash scripts/fuzz.sh                      # every target, 30 s each (what scripts/test.sh runs)
+#   bash scripts/fuzz.sh                      # every target, 10 s each (what scripts/test.sh runs)
 #   RAZORKV_FUZZ_SECONDS=600 bash scripts/fuzz.sh fuzz_npy   # one target, 10 minutes
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 razorkv_require_packages cmake make clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
 
-seconds="${RAZORKV_FUZZ_SECONDS:-30}"
+seconds="${RAZORKV_FUZZ_SECONDS:-10}"
 build="$razorkv_root/build/fuzz"
 mkdir -p "$razorkv_root/build"
 razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

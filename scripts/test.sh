@@ -7,7 +7,7 @@
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
 #     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
-#  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 30) each.
+#  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 10) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 razorkv_require_packages cmake make g++ clang clang-format libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
@@ -53,7 +53,7 @@ razorkv_build "$build/tsan" razorkv_attention_tests -DCMAKE_BUILD_TYPE=Debug -DC
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/razorkv_attention_tests" --gtest_brief=1 \
   --gtest_filter='*Thread*:*ParallelFor*' || razorkv_fail "ThreadSanitizer found a race"
 
-echo "== razorkv: libFuzzer targets, ${RAZORKV_FUZZ_SECONDS:-30} s each"
+echo "== razorkv: libFuzzer targets, ${RAZORKV_FUZZ_SECONDS:-10} s each"
 bash "$razorkv_root/scripts/fuzz.sh" || razorkv_fail "fuzzing found a failure"
 
 echo "razorkv: all tests passed"
