@@ -89,8 +89,8 @@ class model {
   /// Chunked prefill straight into a razor cache, which never holds the dense K/V: `tokens`
   /// (positions 0..n-1) in chunks of `chunk` tokens; each layer compresses a chunk's K/V as it
   /// arrives (razor_kv_cache::compress_chunk) and the chunk's queries then attend to the cache,
-  /// that is to the compressed past and the chunk, causally (decode_attention_multi, which
-  /// checks that the chunk fits in every window). Non-retrieval heads of later chunks thus read
+  /// that is to the compressed past and the chunk, causally (prefill_attention, which checks
+  /// that the chunk fits in every window). Non-retrieval heads of later chunks thus read
   /// the compressed past, not every earlier token. Returns the last position's logits.
   Eigen::VectorXf prefill_chunked(razorkv::razor_kv_cache<float>& cache,
                                   const std::vector<int>& tokens, index_t chunk) const;
@@ -337,7 +337,7 @@ inline Eigen::VectorXf model::prefill_chunked(razorkv::razor_kv_cache<float>& ca
       project(w, rms_norm(x, w.attn_norm), positions, q, k, v);
       cache.compress_chunk(l, kv_view::nhd(k.data(), count, cfg_.num_kv_heads, hd),
                            kv_view::nhd(v.data(), count, cfg_.num_kv_heads, hd));
-      razorkv::decode_attention_multi(
+      razorkv::prefill_attention(
           cache, l, kv_view::nhd(q.data(), count, cfg_.num_q_heads, hd),
           razorkv::layer_view<float>::nhd(out.data(), count, cfg_.num_q_heads, hd));
       x += out * w.wo.transpose();

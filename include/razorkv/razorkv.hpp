@@ -25,6 +25,7 @@
 #include "razorkv/compress/window_rule.hpp"
 
 #include "razorkv/attention/decode.hpp"
+#include "razorkv/attention/prefill.hpp"
 
 #include "razorkv/policies/any_policy.hpp"
 #include "razorkv/policies/h2o.hpp"

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -233,8 +234,8 @@ TEST(Allocations, CompressingAfterClearReusesTheKvBuffers) {
 }
 
 TEST(Allocations, DecodeAllocatesBookkeepingNotEntries) {
-  // decode_attention allocates its per-call work lists (spans, scaled queries, tasks): the same
-  // whatever the heads hold.
+  // Without a workspace, decode_attention allocates its per-call work lists (spans, scaled
+  // queries, tasks and their outputs): the same whatever the heads hold.
   std::mt19937_64 rng(76);
   const index_t query_heads = 8;
   const token_source q(1, query_heads, kDim, rng);
@@ -251,6 +252,91 @@ TEST(Allocations, DecodeAllocatesBookkeepingNotEntries) {
   }
   EXPECT_EQ(bytes[0], bytes[1]);
   EXPECT_LE(bytes[1], 8192);
+}
+
+// With a decode_workspace, decode carves its bookkeeping from the workspace: a workspace with
+// room enough makes every call allocation-free, with weights, split heads (partial states and a
+// merge), a batch and the caller's parallel-for hook; one that starts empty grows a few times
+// (as a vector does) and is then free, also over a cache that keeps growing; without one,
+// decode allocates (the counter sees it).
+TEST(Allocations, DecodeWithAWorkspaceAllocatesNothingOnceWarm) {
+  std::mt19937_64 rng(77);
+  const index_t query_heads = 8, steps = 300;
+  const token_source kv(kPrompt + steps, kKvHeads, kDim, rng);
+  const token_source q(3, query_heads, kDim, rng);
+  razorkv::razor_config config;
+  config.fixed_window = 32;
+  config.decode = razorkv::decode_mode::kBounded;
+  razorkv::razor_kv_cache<float> bounded(
+      razorkv::head_plan(razorkv::model_shape{1, query_heads, kKvHeads, kDim}), config);
+  razorkv::head_plan plan(razorkv::model_shape{1, query_heads, kKvHeads, kDim});
+  plan.set_retrieval(0, 0, true);
+  razorkv::razor_kv_cache<float> growing(plan, config);  // its retrieval head keeps every token
+  for (auto* cache : {&bounded, &growing})
+    cache->compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  std::vector<float> out(static_cast<std::size_t>(3 * query_heads * kDim));
+  const auto o = layer_view<float>::nhd(out.data(), 3, query_heads, kDim);
+  razorkv::attention_weights weights;  // the caller's, sized for the longest step up front
+  weights.reset(1, query_heads, std::vector<index_t>(kKvHeads, kPrompt + steps));
+  razorkv::decode_workspace roomy(std::size_t{64} << 10), workspace, growing_workspace;
+  razorkv::attention_options options;
+  options.max_entries_per_task = 64;  // every head split into parts that are merged
+  options.parallel_for = [](index_t count, const std::function<void(index_t)>& body) {
+    for (index_t i = 0; i < count; ++i) body(i);
+  };
+  // Calls that allocated: with the roomy workspace, the one that starts empty, and the latter
+  // over the growing cache.
+  long roomy_calls = 0, empty_calls = 0, growing_calls = 0;
+  for (index_t t = kPrompt; t < kPrompt + steps; ++t) {
+    bounded.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+    growing.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
+    options.workspace = &roomy;
+    const allocation_count roomy_count;
+    razorkv::decode_attention_multi(bounded, 0, q.tokens(0, 1), o.middle_tokens(0, 1), weights,
+                                    options);
+    roomy_calls += roomy_count() > 0 ? 1 : 0;
+    options.workspace = &workspace;
+    const allocation_count count;
+    razorkv::decode_attention_multi(bounded, 0, q.tokens(0, 1), o.middle_tokens(0, 1), weights,
+                                    options);
+    empty_calls += count() > 0 ? 1 : 0;
+    options.workspace = &growing_workspace;
+    const allocation_count growing_count;
+    razorkv::decode_attention_multi(growing, 0, q.tokens(0, 1), o.middle_tokens(0, 1), weights,
+                                    options);
+    growing_calls += growing_count() > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(roomy_calls, 0);
+  EXPECT_GE(empty_calls, 1);  // the first call finds no room
+  EXPECT_LE(empty_calls, 3) << "of " << steps << " steps";
+  EXPECT_LE(growing_calls, 6) << "of " << steps << " steps over a growing cache";
+  options.workspace = &workspace;
+
+  // A batch of three sequences, three causal tokens each, and single tokens: the same workspace
+  // grows once for the largest call, then every call is free.
+  std::vector<razorkv::dense_kv_cache<float>> batch;
+  for (index_t b = 0; b < 3; ++b) {
+    batch.emplace_back(1, kKvHeads, kDim);
+    batch.back().append(0, kv.tokens(0, 200 + 50 * b), kv.tokens(0, 200 + 50 * b));
+  }
+  const razorkv::dense_kv_cache<float>* sources[] = {&batch[0], &batch[1], &batch[2]};
+  const auto run = [&] {
+    razorkv::decode_attention_batch(sources, 3, 0, q.tokens(0, 3), o, options);
+    razorkv::decode_attention_multi(batch[2], 0, q.tokens(0, 3), o, options);
+    razorkv::decode_attention(batch[1], 0,
+                              razorkv::matrix_view<const float>(q.data.data(), query_heads, kDim),
+                              razorkv::matrix_view<float>(out.data(), query_heads, kDim), options);
+  };
+  run();
+  const allocation_count count;
+  for (int i = 0; i < 5; ++i) run();
+  EXPECT_EQ(count(), 0);
+
+  // No workspace: decode allocates.
+  options.workspace = nullptr;
+  const allocation_count heap;
+  razorkv::decode_attention_batch(sources, 3, 0, q.tokens(0, 3), o, options);
+  EXPECT_GT(heap(), 0);
 }
 
 TEST(Allocations, H2ODecodeAllocatesNothingButTheDecodeCall) {

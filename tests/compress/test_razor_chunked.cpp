@@ -1,7 +1,7 @@
 // Tests of what an engine does with razor_kv_cache around compression: chunked prefill (bit for
 // bit what one-shot compression gives, for every chunk size), short prompts, the checked mode,
-// release(), save and restore, tensor-parallel plan slices, and decode's errors for a misused
-// cache.
+// release(), the caller's memory resource, a shared plan, save and restore, tensor-parallel
+// plan slices, and decode's errors for a misused cache.
 #include <gtest/gtest.h>
 
 #include <razorkv/attention/decode.hpp>
@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <memory_resource>
 #include <random>
 #include <string>
 #include <vector>
@@ -345,6 +347,117 @@ TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
   cache.compress_layer(0, layer.key_view(0, 300), layer.value_view(0, 300));
   for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(cache, h), head_bits(copy, h));
   RAZORKV_EXPECT_ERROR(cache.release(1), kOutOfRange, "razor_kv_cache::release: layer (1)");
+}
+
+// An engine's KV pool as a memory resource: the heap, with the bytes it has out, the calls,
+// and the alignments asked for.
+class counting_resource final : public std::pmr::memory_resource {
+ public:
+  long outstanding = 0, allocations = 0;
+  std::size_t smallest_alignment = 4096;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    outstanding += static_cast<long>(bytes);
+    ++allocations;
+    smallest_alignment = std::min(smallest_alignment, alignment);
+    return std::pmr::new_delete_resource()->allocate(bytes, alignment);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
+    outstanding -= static_cast<long>(bytes);
+    std::pmr::new_delete_resource()->deallocate(p, bytes, alignment);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+};
+
+// Bytes of the caches' compensation sums (2 x head_dim doubles per head that has them), which
+// allocated_bytes() counts and which live on the heap.
+long sums_bytes(const razor_kv_cache<float>& cache) {
+  long bytes = 0;
+  for (index_t h = 0; h < cache.num_kv_heads(); ++h) {
+    if (cache.compensation(0, h).key_sum != nullptr)
+      bytes += 2 * kDim * static_cast<long>(sizeof(double));
+  }
+  return bytes;
+}
+
+// Every K/V row of a cache built on a resource comes from it (what allocated_bytes() counts but
+// the compensation sums), through compression, chunks, decode growth, copies and restore, and
+// goes back to it on release() and destruction; the cache holds what a heap cache holds.
+TEST(RazorkvRazorMemory, EveryRowComesFromTheCachesResourceAndGoesBack) {
+  std::mt19937_64 rng(1211);
+  const prompt<float> layer(600, rng);
+  counting_resource pool;
+  for (const razor_config& config : every_config()) {
+    SCOPED_TRACE(::testing::Message() << razorkv::decode_mode_name(config.decode));
+    razor_kv_cache<float> pooled(test_plan(), config, &pool), heap(test_plan(), config);
+    EXPECT_EQ(pooled.memory_resource(), &pool);
+    EXPECT_EQ(heap.memory_resource(), std::pmr::get_default_resource());
+    for (index_t first = 0; first < 300; first += 50) {  // chunks: windows outgrow their rows
+      pooled.compress_chunk(0, layer.key_view(first, 50), layer.value_view(first, 50));
+      heap.compress_chunk(0, layer.key_view(first, 50), layer.value_view(first, 50));
+      EXPECT_EQ(pool.outstanding, pooled.allocated_bytes() - sums_bytes(pooled));
+    }
+    for (index_t t = 300; t < 600; ++t) {  // decode: blocks chained past the reserve
+      pooled.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+      heap.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+    }
+    const long rows_bytes = pooled.allocated_bytes() - sums_bytes(pooled);
+    EXPECT_EQ(pool.outstanding, rows_bytes);
+    for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(pooled, h), head_bits(heap, h));
+    {
+      const razor_kv_cache<float> copy = pooled;
+      EXPECT_EQ(copy.memory_resource(), &pool);
+      EXPECT_EQ(pool.outstanding, 2 * rows_bytes);
+      razorkv::restore_options options;
+      options.resource = &pool;
+      const razor_kv_cache<float> restored =
+          razorkv::restore_state<float>(razorkv::save_state(pooled), options);
+      EXPECT_EQ(pool.outstanding,
+                2 * rows_bytes + restored.allocated_bytes() - sums_bytes(restored));
+    }
+    EXPECT_EQ(pool.outstanding, rows_bytes);
+    pooled.release();
+    EXPECT_EQ(pool.outstanding, 0);
+  }
+  EXPECT_GT(pool.allocations, 0);
+  EXPECT_EQ(pool.smallest_alignment, 64u);
+}
+
+// One plan for many sequences: caches, their copies and restored caches share the pointer
+// they were given; a restored state must agree with the plan it is asked to share.
+TEST(RazorkvRazorMemory, CachesShareOnePlan) {
+  std::mt19937_64 rng(1212);
+  const prompt<float> layer(100, rng);
+  const auto plan = std::make_shared<const head_plan>(test_plan());
+  razor_kv_cache<float> first(plan, razor_config{}), second(plan, razor_config{});
+  const razor_kv_cache<float> copy = first;
+  EXPECT_EQ(first.shared_plan().get(), plan.get());
+  EXPECT_EQ(copy.shared_plan().get(), plan.get());
+  EXPECT_EQ(plan.use_count(), 4);
+  EXPECT_TRUE(second.plan().is_retrieval(0, 1));
+  first.compress_layer(0, layer.key_view(0, 100), layer.value_view(0, 100));
+  const std::vector<std::uint8_t> state = razorkv::save_state(first);
+
+  razorkv::restore_options options;
+  options.plan = plan;
+  const razor_kv_cache<float> restored = razorkv::restore_state<float>(state, options);
+  EXPECT_EQ(restored.shared_plan().get(), plan.get());
+  for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(restored, h), head_bits(first, h));
+
+  head_plan other = test_plan();
+  other.set_retrieval(0, 2, true);
+  options.plan = std::make_shared<const head_plan>(other);
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(state, options), kInvalidArgument,
+                       "options.plan differs from the saved plan at layer 0 kv head 2");
+  options.plan =
+      std::make_shared<const head_plan>(razorkv::model_shape{2, kQueryHeads, kHeads, kDim});
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(state, options), kInvalidArgument,
+                       "options.plan is for [2 layers");
+  RAZORKV_EXPECT_ERROR(razor_kv_cache<float>(std::shared_ptr<const head_plan>(), razor_config{}),
+                       kInvalidArgument, "razor_kv_cache: plan is null");
 }
 
 // The span lengths of every head of every layer, and the room a growing head has left: what

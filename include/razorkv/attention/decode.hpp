@@ -3,6 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <memory_resource>
 #include <optional>
 #include <vector>
 
@@ -15,6 +18,38 @@
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
+
+namespace detail {
+class workspace_scope;
+}
+
+/// Memory that decode reuses from call to call. Decode's bookkeeping (the spans it gathers, the
+/// scaled queries, its task list, the outputs and partial softmax states of its tasks) is
+/// carved from this workspace instead of being allocated: once the workspace has grown to the
+/// largest call's needs (the first call, as a rule; it then holds a small multiple of them),
+/// a decode allocates nothing. An engine keeps one per thread that calls decode and passes it in
+/// attention_options::workspace; one workspace must not serve two calls at the same time.
+class decode_workspace {
+ public:
+  decode_workspace() = default;
+  /// A workspace that starts with `bytes` of room, so that no call grows it.
+  explicit decode_workspace(std::size_t bytes) { grow(bytes); }
+  decode_workspace(decode_workspace&&) noexcept = default;
+  decode_workspace& operator=(decode_workspace&&) noexcept = default;
+
+  /// Bytes of room it holds now.
+  std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  friend class detail::workspace_scope;
+  void grow(std::size_t bytes) {
+    buffer_ = std::make_unique<std::byte[]>(bytes);
+    capacity_ = bytes;
+  }
+  std::unique_ptr<std::byte[]> buffer_;
+  std::size_t capacity_ = 0;
+  std::size_t wanted_ = 0;  // what the last call that ran out of room would have needed
+};
 
 /// Options shared by the decode-attention entry points.
 struct attention_options {
@@ -32,9 +67,60 @@ struct attention_options {
   /// anything is written. It reads the layer's K/V once more. false (default, for engines): no
   /// scan, and a NaN or infinity propagates to the outputs it reaches, as IEEE arithmetic does.
   bool check_finite = false;
+  /// Where the call's bookkeeping lives: a decode_workspace the caller reuses (decode then
+  /// allocates nothing once it is warm), or null for the heap. Prefill attention takes its
+  /// bookkeeping from it too; its tiles still allocate their scratch.
+  decode_workspace* workspace = nullptr;
 };
 
 namespace detail {
+
+// The memory resource of one decode call: a monotonic arena over the workspace's buffer (no
+// locks, no frees until the call ends) whose overflow goes to the heap and is counted, so that
+// the next call, before it does anything, grows the buffer to fit. Without a workspace, the
+// heap.
+class workspace_scope {
+ public:
+  explicit workspace_scope(decode_workspace* workspace) : workspace_(workspace) {
+    if (workspace_ == nullptr) return;
+    if (workspace_->wanted_ > workspace_->capacity_) workspace_->grow(workspace_->wanted_);
+    if (workspace_->capacity_ > 0) {
+      arena_.emplace(workspace_->buffer_.get(), workspace_->capacity_, &overflow_);
+    } else {
+      arena_.emplace(&overflow_);
+    }
+  }
+  workspace_scope(const workspace_scope&) = delete;
+  workspace_scope& operator=(const workspace_scope&) = delete;
+  ~workspace_scope() {
+    if (workspace_ != nullptr && overflow_.bytes > 0)
+      workspace_->wanted_ = workspace_->capacity_ + overflow_.bytes;
+  }
+
+  std::pmr::memory_resource* resource() noexcept {
+    return arena_ ? static_cast<std::pmr::memory_resource*>(&*arena_)
+                  : std::pmr::get_default_resource();
+  }
+
+ private:
+  // The heap, counting what it hands out.
+  struct counting_resource final : std::pmr::memory_resource {
+    std::size_t bytes = 0;
+    void* do_allocate(std::size_t size, std::size_t alignment) override {
+      bytes += size;
+      return std::pmr::new_delete_resource()->allocate(size, alignment);
+    }
+    void do_deallocate(void* p, std::size_t size, std::size_t alignment) override {
+      std::pmr::new_delete_resource()->deallocate(p, size, alignment);
+    }
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+      return this == &other;
+    }
+  };
+  decode_workspace* workspace_;
+  counting_resource overflow_;  // declared before the arena, which returns its overflow to it
+  std::optional<std::pmr::monotonic_buffer_resource> arena_;
+};
 
 inline index_t entries_per_task(const attention_options& options, const char* where) {
   RAZORKV_CHECK(options.max_entries_per_task >= 0, kInvalidArgument, where,
@@ -47,11 +133,12 @@ void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, lay
                 attention_weights* weights, const attention_options& options) {
   check_decode_types<Source, TQ, TO>();
   using T = typename Source::value_type;
-  std::vector<decode_work<T, TO>> works;
+  workspace_scope memory(options.workspace);
+  std::pmr::vector<decode_work<T, TO>> works(memory.resource());
   works.push_back(prepare_decode(source, layer, queries, out, weights, options.scale,
-                                 options.check_finite, "decode_attention"));
+                                 options.check_finite, "decode_attention", memory.resource()));
   run_decode(works, source.head_dim(), options.parallel_for,
-             entries_per_task(options, "decode_attention"));
+             entries_per_task(options, "decode_attention"), memory.resource());
 }
 
 }  // namespace detail
@@ -106,7 +193,8 @@ void decode_attention_batch(const Source* const* caches, index_t batch, index_t 
   RAZORKV_CHECK(queries.tokens() == batch && out.tokens() == batch, kShapeMismatch, kWhere,
                 ": queries.tokens() (", queries.tokens(), ") and out.tokens() (", out.tokens(),
                 ") must equal batch (", batch, ")");
-  std::vector<detail::decode_work<T, TO>> works;
+  detail::workspace_scope memory(options.workspace);
+  std::pmr::vector<detail::decode_work<T, TO>> works(memory.resource());
   works.reserve(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const Source* cache = caches[b];
@@ -130,10 +218,10 @@ void decode_attention_batch(const Source* const* caches, index_t batch, index_t 
     }
     works.push_back(detail::prepare_decode(*cache, layer, one_token(queries), one_token(out),
                                            sequence_weights, options.scale, options.check_finite,
-                                           kWhere));
+                                           kWhere, memory.resource()));
   }
   detail::run_decode(works, caches[0]->head_dim(), options.parallel_for,
-                     detail::entries_per_task(options, kWhere));
+                     detail::entries_per_task(options, kWhere), memory.resource());
 }
 
 /// decode_attention_batch without attention weights.

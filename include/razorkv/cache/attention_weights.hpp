@@ -35,8 +35,13 @@ class attention_weights {
   /// holding entries[h] entries each (GQA: num_query_heads is a multiple of entries.size()), and
   /// zeroes it. Throws on a bad shape before changing anything.
   void reset(index_t tokens, index_t num_query_heads, const std::vector<index_t>& entries) {
+    reset(tokens, num_query_heads, entries.data(), static_cast<index_t>(entries.size()));
+  }
+  /// reset with the entries of the kv heads as an array: entries[0, kv_heads).
+  void reset(index_t tokens, index_t num_query_heads, const index_t* entries, index_t kv_heads) {
     constexpr const char* kWhere = "attention_weights::reset";
-    const auto kv_heads = static_cast<index_t>(entries.size());
+    RAZORKV_CHECK(entries != nullptr || kv_heads <= 0, kInvalidArgument, kWhere,
+                  ": entries is null for ", kv_heads, " kv heads");
     RAZORKV_CHECK(tokens > 0, kInvalidArgument, kWhere, ": tokens (", tokens, ") must be > 0");
     RAZORKV_CHECK(kv_heads > 0 && num_query_heads > 0 && num_query_heads % kv_heads == 0,
                   kShapeMismatch, kWhere, ": num_query_heads (", num_query_heads,
@@ -49,12 +54,15 @@ class attention_weights {
                     ") must be >= 0");
       total = detail::checked_add(total, detail::checked_mul(rows, count, kWhere), kWhere);
     }
-    // Grow first: a failed allocation leaves *this as it was.
-    values_.reserve(static_cast<std::size_t>(total));
-    offsets_.reserve(entries.size() + 1);
-    entries_.reserve(entries.size());
+    // Grow first: a failed allocation leaves *this as it was. By half again at least, so that
+    // weights reused over a growing cache reallocate once every many steps, not every step.
+    if (static_cast<std::size_t>(total) > values_.capacity())
+      values_.reserve(
+          std::max(static_cast<std::size_t>(total), values_.capacity() + values_.capacity() / 2));
+    offsets_.reserve(static_cast<std::size_t>(kv_heads) + 1);
+    entries_.reserve(static_cast<std::size_t>(kv_heads));
     values_.assign(static_cast<std::size_t>(total), 0.0f);
-    entries_.assign(entries.begin(), entries.end());
+    entries_.assign(entries, entries + kv_heads);
     offsets_.assign(1, 0);
     for (index_t h = 0; h < kv_heads; ++h)
       offsets_.push_back(offsets_.back() + rows * entries[static_cast<std::size_t>(h)]);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <memory_resource>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -99,16 +100,36 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
-  /// An empty cache (every layer uncompressed) for the plan's model shape.
-  razor_kv_cache(head_plan plan, const razor_config& config)
-      : skeleton("razor_kv_cache", plan.shape().num_layers, plan.shape().num_kv_heads,
-                 plan.shape().head_dim),
+  /// An empty cache (every layer uncompressed) for the plan's model shape. The cache keeps its
+  /// own copy of the plan.
+  ///
+  /// \param resource where every K/V row of the cache comes from (64-byte aligned blocks: the
+  ///        sinks, windows, compensation tokens and appended blocks), so that an engine can pool
+  ///        it with the rest of its KV memory; null means std::pmr::get_default_resource(). It
+  ///        must outlive the cache and every copy of it (a copy allocates from it too). The
+  ///        cache's bookkeeping (a few hundred bytes per kv head) comes from the heap.
+  razor_kv_cache(head_plan plan, const razor_config& config,
+                 std::pmr::memory_resource* resource = nullptr)
+      : razor_kv_cache(std::make_shared<const head_plan>(std::move(plan)), config, resource) {}
+
+  /// A cache that shares `plan` with every other cache built from the same pointer: an engine
+  /// serving many sequences of one model holds one plan, not one per sequence. The plan is
+  /// immutable once shared.
+  razor_kv_cache(std::shared_ptr<const head_plan> plan, const razor_config& config,
+                 std::pmr::memory_resource* resource = nullptr)
+      : skeleton("razor_kv_cache", shape_of(plan).num_layers, shape_of(plan).num_kv_heads,
+                 shape_of(plan).head_dim),
         plan_(std::move(plan)),
-        config_(config) {
+        config_(config),
+        resource_(resource != nullptr ? resource : std::pmr::get_default_resource()) {
     check_config(config_, "razor_kv_cache");
   }
 
-  const head_plan& plan() const noexcept { return plan_; }
+  const head_plan& plan() const noexcept { return *plan_; }
+  /// The plan as the pointer the cache shares (for building more caches on it).
+  const std::shared_ptr<const head_plan>& shared_plan() const noexcept { return plan_; }
+  /// Where the cache's K/V rows come from.
+  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
   const razor_config& config() const noexcept { return config_; }
 
   /// Whether compress_layer has run on `layer`.
@@ -124,9 +145,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     return layer_at(layer, "razor_kv_cache::prompt_tokens").prompt_tokens;
   }
   /// The query heads the plan was made for, which decode checks its queries against.
-  index_t num_query_heads() const noexcept { return plan_.shape().num_query_heads; }
+  index_t num_query_heads() const noexcept { return plan_->shape().num_query_heads; }
   bool is_retrieval(index_t layer, index_t kv_head) const {
-    return plan_.is_retrieval(layer, kv_head);
+    return plan_->is_retrieval(layer, kv_head);
   }
   /// The head's recent window L_h as fixed at compression (0 for a retrieval head).
   index_t window(index_t layer, index_t kv_head) const {
@@ -238,10 +259,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t added = keys.tokens();
     if (added == 0) return;
-    if (config_.check_finite) {
-      for (index_t h = 0; h < num_kv_heads(); ++h)
-        check_rows_finite(keys.head(h), values.head(h), layer, h, l.tokens, kWhere);
-    }
+    if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
     const index_t total = detail::checked_add(l.tokens, added, kWhere);
     const razor_budget budget = config_.budget();
 
@@ -258,12 +276,12 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         // One block per chunk, rounded up to whole growth_rows: few spans.
         const index_t block = detail::checked_mul(
             (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
-        head.appended.reserve_more(added - room(head, added), block, head_dim());
+        head.appended.reserve_more(added - room(head, added), block, head_dim(), resource_);
         continue;
       }
       g.to_sinks = std::min(added, config_.sinks - head.sinks.rows());
       g.rule_window =
-          recent_window(total, budget, plan_.buffer_override(layer, static_cast<index_t>(h)));
+          recent_window(total, budget, plan_->buffer_override(layer, static_cast<index_t>(h)));
       const index_t kept = std::min(total - head.sinks.rows() - g.to_sinks, g.rule_window);
       const index_t needed =
           config_.decode == decode_mode::kBounded ? std::max<index_t>(g.rule_window, 1) : kept;
@@ -274,7 +292,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         g.rows = detail::head_rows<T>(
             detail::whole_blocks(
                 std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2)),
-            head_dim());
+            head_dim(), resource_);
       }
     }
     // Phase 2: nothing allocates or throws.
@@ -318,17 +336,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     const index_t added = keys.tokens();
     if (added == 0) return;
-    if (config_.check_finite) {
-      for (index_t h = 0; h < num_kv_heads(); ++h)
-        check_rows_finite(keys.head(h), values.head(h), layer, h, l.tokens, kWhere);
-    }
+    if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
 
     // Phase 1, which may throw: the blocks growing heads need past their room (none while the
     // room lasts, and then append allocates nothing).
     for (head_state& head : l.heads) {
       if (grows(head))
-        head.appended.reserve_more(added - room(head, added), config_.growth_rows, head_dim());
+        head.appended.reserve_more(added - room(head, added), config_.growth_rows, head_dim(),
+                                   resource_);
     }
     // Phase 2: no allocation, nothing that throws.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
@@ -369,19 +385,24 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
 
   index_t num_spans(index_t layer, index_t kv_head) const {
     index_t count = 0;
-    for_each_span(head_at(layer, kv_head, "razor_kv_cache::num_spans"),
-                  [&](const kv_span<T>&) { ++count; });
-    return count;
+    const head_state& head = head_at(layer, kv_head, "razor_kv_cache::num_spans");
+    for_each_fixed_span(head, [&](const kv_span<T>&) { ++count; });
+    return count + head.appended.blocks_in_use();
   }
+  // Found without walking the appended blocks: decode asks for every span of a head, and a
+  // retrieval head at 128K tokens has 512 of them.
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
+    const head_state& head = head_at(layer, kv_head, "razor_kv_cache::span");
     kv_span<T> found;
-    index_t count = 0;
-    for_each_span(head_at(layer, kv_head, "razor_kv_cache::span"), [&](const kv_span<T>& s) {
-      if (count++ == i) found = s;
+    index_t fixed = 0;
+    for_each_fixed_span(head, [&](const kv_span<T>& s) {
+      if (fixed++ == i) found = s;
     });
-    RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "razor_kv_cache::span: span (", i,
-                  ") outside [0, ", count, ")");
-    return found;
+    if (i >= 0 && i < fixed) return found;
+    const index_t blocks = head.appended.blocks_in_use();
+    RAZORKV_CHECK(i >= 0 && i < fixed + blocks, kOutOfRange, "razor_kv_cache::span: span (", i,
+                  ") outside [0, ", fixed + blocks, ")");
+    return head.appended.span(i - fixed);
   }
 
   // --- Inspection and memory accounting ----------------------------------------------------
@@ -520,11 +541,11 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     RAZORKV_CHECK(tokens >= 0, kInvalidArgument, where, ": tokens (", tokens, ") must be >= 0");
   }
 
-  // Calls f(span) for the head's spans in order: sinks, compensation token, recent rows oldest
-  // first ([start, capacity) then [0, wrapped) for a wrapped ring), appended blocks; empty parts
-  // are skipped.
+  // A head's spans in order are: sinks, compensation token, recent rows oldest first
+  // ([start, capacity) then [0, wrapped) for a wrapped ring), appended blocks; empty parts are
+  // skipped. This calls f(span) for those before the appended blocks (at most four).
   template <class F>
-  void for_each_span(const head_state& head, F&& f) const {
+  void for_each_fixed_span(const head_state& head, F&& f) const {
     const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count,
                           float log_weight) {
       if (count > 0) f(kv_span<T>{rows.keys(first, count), rows.values(first, count), log_weight});
@@ -540,8 +561,6 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t first_part = std::min(rows, head.recent.capacity() - start);
     part(head.recent, start, first_part, 0.0f);
     part(head.recent, 0, rows - first_part, 0.0f);
-    head.appended.for_each_block(
-        [&](const detail::head_rows<T>& block, index_t count) { part(block, 0, count, 0.0f); });
   }
 
   // One head's prefill as contiguous pieces, oldest first: one piece for a layer view, one per
@@ -599,7 +618,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         reused.set_rows(0);
         return reused;
       }
-      return detail::head_rows<T>(needed, dim);
+      return detail::head_rows<T>(needed, dim, resource_);
     };
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     struct head_job {
@@ -609,7 +628,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       head_state& old = kept[static_cast<std::size_t>(h)];
-      head.retrieval = plan_.is_retrieval(layer, h);
+      head.retrieval = plan_->is_retrieval(layer, h);
       head.appended = std::move(old.appended);  // blocks an earlier sequence grew, emptied
       head.appended.clear();
       // A growing head's room is rounded up to whole decode blocks, so that the blocks it chains
@@ -621,7 +640,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         jobs.push_back({h, 0, tokens, 0});
         continue;
       }
-      head.window = recent_window(tokens, budget, plan_.buffer_override(layer, h));
+      head.window = recent_window(tokens, budget, plan_->buffer_override(layer, h));
       // A prompt shorter than the sinks is all sinks; room for all of them stays for the chunks
       // of a chunked prefill.
       const index_t sinks = std::min(config_.sinks, tokens);
@@ -692,6 +711,18 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                     first_token + row, " in layer ", layer, " kv head ", kv_head, " dim ", col,
                     " is not finite (config.check_finite)");
     }
+  }
+
+  // check_rows_finite over every kv head of new tokens, the first being the layer's `first_token`.
+  void check_tokens_finite(const layer_view<const T>& keys, const layer_view<const T>& values,
+                           index_t layer, index_t first_token, const char* where) const {
+    for (index_t h = 0; h < num_kv_heads(); ++h)
+      check_rows_finite(keys.head(h), values.head(h), layer, h, first_token, where);
+  }
+
+  static const model_shape& shape_of(const std::shared_ptr<const head_plan>& plan) {
+    RAZORKV_CHECK(plan != nullptr, kInvalidArgument, "razor_kv_cache: plan is null");
+    return plan->shape();
   }
 
   // Writes rows at the end of the head's ring, wrapping at its capacity (which must hold them).
@@ -772,8 +803,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
 
   friend struct detail::razor_state_access;
 
-  head_plan plan_;
+  std::shared_ptr<const head_plan> plan_;  // never null
   razor_config config_;
+  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<razor_kv_cache<float>>,

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <memory_resource>
 #include <type_traits>
 #include <vector>
 
@@ -159,7 +161,7 @@ struct razor_state_access {
     constexpr const char* kWhere = "restore_state";
     using head_state = razor_head<T>;
     const razor_config& config = cache.config_;
-    const head_plan& plan = cache.plan_;
+    const head_plan& plan = *cache.plan_;
     const index_t dim = cache.head_dim();
     const bool compensate = config.compensation != compensation_mode::kNone;
     const bool bounded = config.decode == decode_mode::kBounded;
@@ -175,7 +177,7 @@ struct razor_state_access {
     };
     const auto allocate = [&](index_t rows, const char* what) {
       charge(rows, what);
-      return head_rows<T>(rows, dim);
+      return head_rows<T>(rows, dim, cache.resource_);
     };
     // Reads `rows` rows of keys, then of values, into the scratch vectors.
     const auto read_rows = [&](index_t rows, std::vector<T>& keys, std::vector<T>& values,
@@ -266,7 +268,8 @@ struct razor_state_access {
           const index_t rows =
               r.count("a block's rows", b + 1 < blocks ? block_capacity : 1, block_capacity);
           charge(block_capacity, "a block");
-          head.appended.reserve_more(rows, block_capacity, dim);  // one block of that capacity
+          // One block of that capacity.
+          head.appended.reserve_more(rows, block_capacity, dim, cache.resource_);
           read_rows(rows, keys, values, "a block");
           head.appended.append(view(keys, rows), view(values, rows));
           block_rows += rows;
@@ -318,15 +321,28 @@ std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
   return std::move(w.out);
 }
 
+/// How restore_state builds the cache.
+struct restore_options {
+  /// K/V bytes the restored cache may allocate; a state asking for more is an error before the
+  /// allocation.
+  index_t max_bytes = std::numeric_limits<index_t>::max();
+  /// Where its K/V rows come from (see razor_kv_cache); null: std::pmr::get_default_resource().
+  std::pmr::memory_resource* resource = nullptr;
+  /// When set, the cache shares this plan, and the saved plan must make the same decisions
+  /// (shape, retrieval heads, buffer overrides); else it is an error. An engine restoring many
+  /// sequences of one model keeps one plan. When null, the cache holds the saved plan.
+  std::shared_ptr<const head_plan> plan;
+};
+
 /// The cache save_state wrote into `data` (`size` bytes), checked throughout: a wrong magic,
 /// version or dtype, a count the method could not have produced (a window or sinks other than
 /// the rule's for the prompt, tokens lost or invented, a mean token that is not the mean of its
 /// sums), data that ends early or runs on are each a kInvalidArgument error naming the field
 /// and the byte. It allocates what the saved cache had (reserved room included) and never more
-/// than `max_bytes` of K/V: a state asking for more is an error before the allocation.
+/// than options.max_bytes of K/V.
 template <class T>
 razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
-                                index_t max_bytes = std::numeric_limits<index_t>::max()) {
+                                const restore_options& options = {}) {
   constexpr const char* kWhere = "restore_state";
   RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument, kWhere,
                 ": the format is little-endian and this machine is not");
@@ -375,8 +391,29 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
       if (buffer > 0) plan.set_buffer_override(l, h, buffer);
     }
   }
-  razor_kv_cache<T> cache(std::move(plan), config);
-  detail::razor_state_access::restore(cache, r, max_bytes);
+  std::shared_ptr<const head_plan> shared = options.plan;
+  if (shared != nullptr) {
+    const model_shape& given = shared->shape();
+    RAZORKV_CHECK(given.num_layers == shape.num_layers &&
+                      given.num_query_heads == shape.num_query_heads &&
+                      given.num_kv_heads == shape.num_kv_heads && given.head_dim == shape.head_dim,
+                  kInvalidArgument, kWhere, ": options.plan is for [", given.num_layers,
+                  " layers, ", given.num_query_heads, " query heads, ", given.num_kv_heads,
+                  " kv heads, dim ", given.head_dim, "], the state for [", shape.num_layers, ", ",
+                  shape.num_query_heads, ", ", shape.num_kv_heads, ", ", shape.head_dim, "]");
+    for (index_t l = 0; l < shape.num_layers; ++l) {
+      for (index_t h = 0; h < shape.num_kv_heads; ++h) {
+        RAZORKV_CHECK(shared->is_retrieval(l, h) == plan.is_retrieval(l, h) &&
+                          shared->buffer_override(l, h) == plan.buffer_override(l, h),
+                      kInvalidArgument, kWhere,
+                      ": options.plan differs from the saved plan at layer ", l, " kv head ", h);
+      }
+    }
+  } else {
+    shared = std::make_shared<const head_plan>(std::move(plan));
+  }
+  razor_kv_cache<T> cache(std::move(shared), config, options.resource);
+  detail::razor_state_access::restore(cache, r, options.max_bytes);
   RAZORKV_CHECK(r.remaining() == 0, kInvalidArgument, kWhere, ": ", r.remaining(),
                 " bytes follow the state's end at byte ", r.position());
   return cache;
@@ -384,7 +421,18 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
 /// The same over the bytes save_state returned.
 template <class T>
 razor_kv_cache<T> restore_state(const std::vector<std::uint8_t>& bytes,
-                                index_t max_bytes = std::numeric_limits<index_t>::max()) {
+                                const restore_options& options = {}) {
+  return restore_state<T>(bytes.data(), bytes.size(), options);
+}
+/// restore_state with only a bound on the K/V bytes it may allocate.
+template <class T>
+razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size, index_t max_bytes) {
+  restore_options options;
+  options.max_bytes = max_bytes;
+  return restore_state<T>(data, size, options);
+}
+template <class T>
+razor_kv_cache<T> restore_state(const std::vector<std::uint8_t>& bytes, index_t max_bytes) {
   return restore_state<T>(bytes.data(), bytes.size(), max_bytes);
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory_resource>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -40,13 +42,17 @@ inline index_t pass_width(index_t n) noexcept {
 
 // One (cache, layer) of a decode call, validated and ready for the kernels: the spans of every
 // kv head, the entries each holds, and the queries scaled and grouped by kv head.
+// Its lists live in the call's memory resource (a decode_workspace's arena, or the heap).
 template <class T, class TO>
 struct decode_work {
-  std::vector<kv_span<T>> spans;  // the heads' non-empty spans, head by head
-  std::vector<index_t>
+  explicit decode_work(std::pmr::memory_resource* resource)
+      : spans(resource), first_span(resource), entries(resource), scaled(resource) {}
+
+  std::pmr::vector<kv_span<T>> spans;  // the heads' non-empty spans, head by head
+  std::pmr::vector<index_t>
       first_span;  // [num_kv_heads + 1]: head h's spans are [first_span[h], first_span[h+1])
-  std::vector<index_t> entries;  // [num_kv_heads]: entries of head h
-  std::vector<accum_t<T>>
+  std::pmr::vector<index_t> entries;  // [num_kv_heads]: entries of head h
+  std::pmr::vector<accum_t<T>>
       scaled;          // [num_kv_heads, per_head, head_dim]: scaled queries, j = t * group + g
   layer_view<TO> out;  // [tokens, num_query_heads, head_dim]
   attention_weights* weights = nullptr;  // filled with the step's probabilities when non-null
@@ -94,7 +100,7 @@ template <class Source, class TQ, class TO>
 decode_work<typename Source::value_type, TO> prepare_decode(
     const Source& cache, index_t layer, layer_view<TQ> queries, layer_view<TO> out,
     attention_weights* weights, const std::optional<double>& scale_option, bool check_finite,
-    const char* where) {
+    const char* where, std::pmr::memory_resource* resource) {
   using T = typename Source::value_type;
   using Acc = accum_t<T>;
   check_layer(cache, layer, where);
@@ -132,7 +138,7 @@ decode_work<typename Source::value_type, TO> prepare_decode(
 
   const double scale = softmax_scale(scale_option, head_dim, where);
 
-  decode_work<T, TO> work;
+  decode_work<T, TO> work(resource);
   work.out = out;
   work.tokens = tokens;
   work.first_span.assign(static_cast<std::size_t>(num_kv_heads) + 1, 0);
@@ -159,7 +165,7 @@ decode_work<typename Source::value_type, TO> prepare_decode(
                   " new token(s) being decoded");
   }
   work.group = num_query_heads / num_kv_heads;
-  work.per_head = checked_mul(tokens, work.group, "decode_attention: queries per kv head");
+  work.per_head = checked_mul(tokens, work.group, where);
   work.scaled.resize(static_cast<std::size_t>(
       checked_mul(checked_mul(work.per_head, num_kv_heads, where), head_dim, where)));
   for (index_t h = 0; h < num_kv_heads; ++h) {
@@ -173,7 +179,7 @@ decode_work<typename Source::value_type, TO> prepare_decode(
   }
   if (check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
   if (weights != nullptr) {
-    weights->reset(tokens, num_query_heads, work.entries);
+    weights->reset(tokens, num_query_heads, work.entries.data(), num_kv_heads);
     work.weights = weights;
   }
   return work;
@@ -207,20 +213,24 @@ void logits_to_probabilities(float* row, index_t visible, index_t entries, Acc m
 // schedule balanced. A head longer than `entries_per_task` is split into runs of entries whose
 // partial softmax states (max, denominator, unnormalised output) are merged afterwards.
 template <class T, class TO>
-void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
-                const parallel_for_fn& parallel_for, index_t entries_per_task) {
+void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_dim,
+                const parallel_for_fn& parallel_for, index_t entries_per_task,
+                std::pmr::memory_resource* resource) {
   using Acc = accum_t<T>;
   struct pass {
     index_t work, kv_head, first, width;  // the query vectors [first, first + width) of a kv head
     index_t begin, end;                   // the entries read
     index_t slot;                         // partial-state slot of a split pass, -1 when whole
+    index_t result;                       // a whole pass's [width, head_dim] output in `results`
   };
   struct split {
-    index_t work, kv_head, first, width, first_slot, parts;
+    index_t work, kv_head, first, width, first_slot, parts, result;
   };
-  std::vector<pass> passes;
-  std::vector<split> splits;
-  index_t slots = 0;
+  // Every buffer a task writes is carved out here, before the fan-out: the tasks allocate
+  // nothing (and the call nothing at all from a decode_workspace large enough).
+  std::pmr::vector<pass> passes(resource);
+  std::pmr::vector<split> splits(resource);
+  index_t slots = 0, result_size = 0;
   for (index_t w = 0; w < static_cast<index_t>(works.size()); ++w) {
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(w)];
     for (index_t h = 0; h < static_cast<index_t>(work.entries.size()); ++h) {
@@ -229,27 +239,39 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
       for (index_t j = 0; j < work.per_head;) {
         const index_t width = pass_width(work.per_head - j);
         if (parts <= 1) {
-          passes.push_back({w, h, j, width, 0, entries, -1});
+          passes.push_back({w, h, j, width, 0, entries, -1, result_size});
         } else {
-          splits.push_back({w, h, j, width, slots, parts});
+          splits.push_back({w, h, j, width, slots, parts, result_size});
           for (index_t p = 0; p < parts; ++p) {
             passes.push_back(
-                {w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++});
+                {w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++, -1});
           }
         }
+        result_size += width * head_dim;
         j += width;
       }
     }
   }
-  std::stable_sort(passes.begin(), passes.end(),
-                   [](const pass& a, const pass& b) { return a.end - a.begin > b.end - b.begin; });
+  // Longest first, ties in the order made (std::stable_sort would allocate a buffer).
+  std::sort(passes.begin(), passes.end(), [](const pass& a, const pass& b) {
+    const index_t a_length = a.end - a.begin, b_length = b.end - b.begin;
+    if (a_length != b_length) return a_length > b_length;
+    return std::tie(a.work, a.kv_head, a.first, a.begin) <
+           std::tie(b.work, b.kv_head, b.first, b.begin);
+  });
 
-  // Partial states of split passes: [slots, kMaxQueriesPerPass, head_dim] outputs, and
-  // [slots, kMaxQueriesPerPass] maxima and denominators.
+  // Outputs of whole passes and of merges, [result_size]; partial states of split passes:
+  // [slots, kMaxQueriesPerPass, head_dim] outputs, and [slots, kMaxQueriesPerPass] maxima and
+  // denominators; each pass's rows widened from half ([2 * kWidenRows, head_dim], only where
+  // the CPU cannot widen half in registers).
   const std::size_t per_slot = static_cast<std::size_t>(kMaxQueriesPerPass * head_dim);
-  std::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot);
-  std::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass));
-  std::vector<Acc> partial_den(partial_max.size());
+  std::pmr::vector<Acc> results(static_cast<std::size_t>(result_size), resource);
+  std::pmr::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot, resource);
+  std::pmr::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass), resource);
+  std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
+  const std::size_t scratch_per_pass =
+      std::is_same_v<T, kernel_row_t<T>> ? 0 : static_cast<std::size_t>(2 * kWidenRows * head_dim);
+  std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
                              index_t width, const Acc* result) {
@@ -260,7 +282,6 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
     }
   };
 
-  const bool needs_scratch = !std::is_same_v<T, kernel_row_t<T>>;
   run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
     const pass& task = passes[static_cast<std::size_t>(p)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
@@ -269,9 +290,8 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
     for (index_t q = 0; q < task.width; ++q)
       visible[q] = work.visible(task.kv_head, task.first + q);
     const bool whole = task.slot < 0;
-    std::vector<Acc> result(whole ? static_cast<std::size_t>(task.width * head_dim) : 0);
-    Acc* out =
-        whole ? result.data() : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
+    Acc* out = whole ? results.data() + task.result
+                     : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
     // A whole pass that reports weights keeps its softmax state, to normalise them below.
     Acc whole_max[kMaxQueriesPerPass], whole_den[kMaxQueriesPerPass];
     const bool keep_state = whole && work.weights != nullptr;
@@ -286,8 +306,9 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
       logits = head_weights.row(task.first);
       logits_stride = head_weights.row_stride();
     }
-    std::vector<Acc> scratch(needs_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
-                                           : 0);
+    Acc* widened = scratch_per_pass == 0
+                       ? nullptr
+                       : scratch.data() + static_cast<std::size_t>(p) * scratch_per_pass;
     const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
     const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
     const Acc* head_queries =
@@ -295,8 +316,8 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
     dispatch_head_dim(head_dim, [&](auto dim_constant) {
       dispatch_pow2_upto8(task.width, [&](auto width_constant) {
         attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
-            head_spans, num_head_spans, head_dim, head_queries, visible, out, scratch.data(),
-            task.begin, task.end, maybe_max, den, logits, logits_stride);
+            head_spans, num_head_spans, head_dim, head_queries, visible, out, widened, task.begin,
+            task.end, maybe_max, den, logits, logits_stride);
       });
     });
     if (keep_state) {
@@ -307,7 +328,7 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
                                 whole_max[q], whole_den[q]);
       }
     }
-    if (whole) write_out(work, task.kv_head, task.first, task.width, result.data());
+    if (whole) write_out(work, task.kv_head, task.first, task.width, out);
   });
 
   // Merge: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) d_p, M the largest m_p. The first
@@ -315,7 +336,7 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
   run_parallel(parallel_for, static_cast<index_t>(splits.size()), [&](index_t i) {
     const split& group = splits[static_cast<std::size_t>(i)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(group.work)];
-    std::vector<Acc> merged(static_cast<std::size_t>(group.width * head_dim), Acc(0));
+    Acc* merged = results.data() + group.result;
     for (index_t q = 0; q < group.width; ++q) {
       Acc largest = -std::numeric_limits<Acc>::infinity();
       for (index_t p = 0; p < group.parts; ++p) {
@@ -324,7 +345,7 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
             partial_max[static_cast<std::size_t>((group.first_slot + p) * kMaxQueriesPerPass + q)]);
       }
       Acc denominator = 0;
-      Acc* dst = merged.data() + q * head_dim;
+      Acc* dst = merged + q * head_dim;
       for (index_t p = 0; p < group.parts; ++p) {
         const index_t slot = group.first_slot + p;
         const Acc part_max = partial_max[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
@@ -345,7 +366,7 @@ void run_decode(const std::vector<decode_work<T, TO>>& works, index_t head_dim,
             work.entries[static_cast<std::size_t>(group.kv_head)], largest, denominator);
       }
     }
-    write_out(work, group.kv_head, group.first, group.width, merged.data());
+    write_out(work, group.kv_head, group.first, group.width, merged);
   });
 }
 
@@ -362,8 +383,8 @@ void check_decode_types() {
 // once too (see RAZORKV_SEPARATE_KERNELS in decode_kernels.hpp).
 // clang-format off
 #define RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO)                                   \
-  void run_decode<T, TO>(const std::vector<decode_work<T, TO>>&, index_t,           \
-                         const parallel_for_fn&, index_t)
+  void run_decode<T, TO>(const std::pmr::vector<decode_work<T, TO>>&, index_t,      \
+                         const parallel_for_fn&, index_t, std::pmr::memory_resource*)
 #define RAZORKV_DECODE_SCHEDULES_OF_TYPE(X, T) \
   X(T, float) X(T, double) X(T, Eigen::half) X(T, Eigen::bfloat16)
 /// Calls X(T, TO) for every storage dtype T and output dtype TO.

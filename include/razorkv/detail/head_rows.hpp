@@ -1,13 +1,14 @@
 // razorkv/detail/head_rows.hpp: head_rows<T>, the owning K/V row storage of one cache head
-// (64-byte aligned, not zero-filled), and row_blocks<T>, the rows a head gains in chained blocks.
+// (64-byte aligned, not zero-filled, from a memory resource), and row_blocks<T>, chained blocks.
 #pragma once
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
-#include <new>
+#include <memory_resource>
+#include <utility>
 #include <vector>
 
+#include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
@@ -16,28 +17,56 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// Owning K and V rows of one head, [capacity, dim] each, 64-byte aligned; rows past rows() are
-// uninitialised (the cache writes every row before it exposes it, and allocating without
-// zero-filling keeps compression at one pass over memory).
+// Owning K and V rows of one head, [capacity, dim] each, 64-byte aligned, from `resource` (the
+// cache's; the default resource when none is given); rows past rows() are uninitialised (the
+// cache writes every row before it exposes it, and allocating without zero-filling keeps
+// compression at one pass over memory). A copy allocates from the same resource.
 template <class T>
 class head_rows {
  public:
   head_rows() = default;
-  head_rows(index_t capacity, index_t dim) : capacity_(capacity), dim_(dim) {
+  head_rows(index_t capacity, index_t dim,
+            std::pmr::memory_resource* resource = std::pmr::get_default_resource())
+      : capacity_(capacity), dim_(dim), resource_(resource) {
     const index_t elements = checked_mul(capacity, dim, "head_rows: rows * head_dim");
     checked_mul(elements, static_cast<index_t>(sizeof(T)), "head_rows: bytes of one head");
     if (elements > 0) {
-      keys_.reset(allocate(elements));
-      values_.reset(allocate(elements));
+      keys_ = static_cast<T*>(resource_->allocate(half_bytes(), kAlignment));
+      try {
+        values_ = static_cast<T*>(resource_->allocate(half_bytes(), kAlignment));
+      } catch (...) {
+        resource_->deallocate(keys_, half_bytes(), kAlignment);
+        throw;
+      }
     }
   }
-  head_rows(const head_rows& other) : head_rows(other.capacity_, other.dim_) { copy_prefix(other); }
+  ~head_rows() { deallocate(); }
+  head_rows(const head_rows& other) : head_rows(other.capacity_, other.dim_, other.resource_) {
+    copy_prefix(other);
+  }
   head_rows& operator=(const head_rows& other) {
     if (this != &other) *this = head_rows(other);
     return *this;
   }
-  head_rows(head_rows&&) noexcept = default;
-  head_rows& operator=(head_rows&&) noexcept = default;
+  head_rows(head_rows&& other) noexcept
+      : keys_(std::exchange(other.keys_, nullptr)),
+        values_(std::exchange(other.values_, nullptr)),
+        rows_(std::exchange(other.rows_, 0)),
+        capacity_(std::exchange(other.capacity_, 0)),
+        dim_(other.dim_),
+        resource_(other.resource_) {}
+  head_rows& operator=(head_rows&& other) noexcept {
+    if (this != &other) {
+      deallocate();
+      keys_ = std::exchange(other.keys_, nullptr);
+      values_ = std::exchange(other.values_, nullptr);
+      rows_ = std::exchange(other.rows_, 0);
+      capacity_ = std::exchange(other.capacity_, 0);
+      dim_ = other.dim_;
+      resource_ = other.resource_;
+    }
+    return *this;
+  }
 
   index_t rows() const noexcept { return rows_; }
   index_t capacity() const noexcept { return capacity_; }
@@ -45,15 +74,15 @@ class head_rows {
     RAZORKV_DASSERT(rows >= 0 && rows <= capacity_);
     rows_ = rows;
   }
-  T* key_row(index_t r) const noexcept { return keys_.get() + r * dim_; }
-  T* value_row(index_t r) const noexcept { return values_.get() + r * dim_; }
+  T* key_row(index_t r) const noexcept { return keys_ + r * dim_; }
+  T* value_row(index_t r) const noexcept { return values_ + r * dim_; }
 
   /// Rows [first, first + count) as views (count may be 0).
   matrix_view<const T> keys(index_t first, index_t count) const {
-    return view(keys_.get(), first, count);
+    return view(keys_, first, count);
   }
   matrix_view<const T> values(index_t first, index_t count) const {
-    return view(values_.get(), first, count);
+    return view(values_, first, count);
   }
 
   /// Writes the rows of src_keys/src_values ([count, dim], any stride) at row `first`.
@@ -67,16 +96,19 @@ class head_rows {
   index_t allocated_bytes() const noexcept {
     return 2 * capacity_ * dim_ * static_cast<index_t>(sizeof(T));
   }
+  std::pmr::memory_resource* resource() const noexcept { return resource_; }
 
  private:
-  struct aligned_delete {
-    void operator()(T* p) const noexcept {
-      ::operator delete (static_cast<void*>(p), std::align_val_t{64});
-    }
-  };
-  static T* allocate(index_t elements) {
-    return static_cast<T*>(
-        ::operator new (static_cast<std::size_t>(elements) * sizeof(T), std::align_val_t{64}));
+  static constexpr std::size_t kAlignment = 64;
+  // Bytes of the keys (and of the values): two allocations, each 64-byte aligned.
+  std::size_t half_bytes() const noexcept {
+    return static_cast<std::size_t>(capacity_ * dim_) * sizeof(T);
+  }
+  void deallocate() noexcept {
+    if (keys_ == nullptr) return;
+    resource_->deallocate(keys_, half_bytes(), kAlignment);
+    resource_->deallocate(values_, half_bytes(), kAlignment);
+    keys_ = values_ = nullptr;
   }
   matrix_view<const T> view(const T* base, index_t first, index_t count) const {
     RAZORKV_DASSERT(first >= 0 && count >= 0 && first + count <= rows_);
@@ -94,16 +126,17 @@ class head_rows {
   }
   void copy_prefix(const head_rows& other) noexcept {
     if (other.rows_ == 0) return;
-    copy_rows(other.keys(0, other.rows_), keys_.get());
-    copy_rows(other.values(0, other.rows_), values_.get());
+    copy_rows(other.keys(0, other.rows_), keys_);
+    copy_rows(other.values(0, other.rows_), values_);
     rows_ = other.rows_;
   }
 
-  std::unique_ptr<T, aligned_delete> keys_;    // [capacity, dim]
-  std::unique_ptr<T, aligned_delete> values_;  // [capacity, dim]
-  index_t rows_ = 0;                           // rows written, from row 0
+  T* keys_ = nullptr;    // [capacity, dim], owned
+  T* values_ = nullptr;  // [capacity, dim], owned
+  index_t rows_ = 0;     // rows written, from row 0
   index_t capacity_ = 0;
   index_t dim_ = 0;
+  std::pmr::memory_resource* resource_ = std::pmr::get_default_resource();
 };
 
 // Rows a head gains after compression, in blocks of rows_per_block rows chained one after the
@@ -132,11 +165,12 @@ class row_blocks {
 
   /// Phase 1 of an append, which may throw: allocates the blocks that `added` more rows need.
   /// Nothing visible changes (the new blocks are spare capacity).
-  void reserve_more(index_t added, index_t rows_per_block, index_t dim) {
+  void reserve_more(index_t added, index_t rows_per_block, index_t dim,
+                    std::pmr::memory_resource* resource) {
     const index_t needed = blocks_needed(added, rows_per_block);
     if (needed == 0) return;
     blocks_.reserve(blocks_.size() + static_cast<std::size_t>(needed));
-    for (index_t b = 0; b < needed; ++b) blocks_.emplace_back(rows_per_block, dim);
+    for (index_t b = 0; b < needed; ++b) blocks_.emplace_back(rows_per_block, dim, resource);
   }
   /// Phase 2: appends the rows ([count, dim], any stride); reserve_more(count, ...) ran first.
   void append(const matrix_view<const T>& keys, const matrix_view<const T>& values) noexcept {
@@ -150,6 +184,20 @@ class row_blocks {
       if (block.rows() == block.capacity()) ++filled_;
     }
     rows_ += done;
+  }
+
+  /// Blocks holding rows: they are the first ones (blocks fill in order; spares follow).
+  index_t blocks_in_use() const noexcept {
+    const bool partial = static_cast<std::size_t>(filled_) < blocks_.size() &&
+                         blocks_[static_cast<std::size_t>(filled_)].rows() > 0;
+    return filled_ + (partial ? 1 : 0);
+  }
+  /// Block b as a span of the head (log-weight 0), b < blocks_in_use(): a cache finds its i-th
+  /// span without walking the blocks before it.
+  kv_span<T> span(index_t b) const {
+    RAZORKV_DASSERT(b >= 0 && b < blocks_in_use());
+    const head_rows<T>& block = blocks_[static_cast<std::size_t>(b)];
+    return {block.keys(0, block.rows()), block.values(0, block.rows()), 0.0f};
   }
 
   /// Calls f(block, rows) for every block holding rows, oldest first.

@@ -22,7 +22,8 @@ template <class Body>
 void run_parallel(const parallel_for_fn& hook, index_t count, Body&& body) {
   if (count <= 0) return;
   if (hook) {
-    hook(count, std::function<void(index_t)>(body));
+    // A reference fits in std::function's own storage: handing the body over allocates nothing.
+    hook(count, std::function<void(index_t)>(std::ref(body)));
     return;
   }
 #if defined(_OPENMP)

@@ -129,7 +129,8 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
     for (head_state& head : l.heads)  // may throw; changes nothing visible
-      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim());
+      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim(),
+                                 std::pmr::get_default_resource());
     // No allocation and nothing that throws from here on.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       l.heads[h].appended.append(keys.head(static_cast<index_t>(h)),
@@ -139,20 +140,19 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   }
 
   index_t num_spans(index_t layer, index_t kv_head) const {
-    index_t count = 0;
-    for_each_span(head_at(layer, kv_head, "selected_kv_cache::num_spans"),
-                  [&](const kv_span<T>&) { ++count; });
-    return count;
+    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::num_spans");
+    return (head.rows.rows() > 0 ? 1 : 0) + head.appended.blocks_in_use();
   }
+  // The kept prompt positions (when any), then one span per appended block.
   kv_span<T> span(index_t layer, index_t kv_head, index_t i) const {
-    kv_span<T> found;
-    index_t count = 0;
-    for_each_span(head_at(layer, kv_head, "selected_kv_cache::span"), [&](const kv_span<T>& s) {
-      if (count++ == i) found = s;
-    });
+    const head_state& head = head_at(layer, kv_head, "selected_kv_cache::span");
+    const index_t prompt_spans = head.rows.rows() > 0 ? 1 : 0;
+    const index_t count = prompt_spans + head.appended.blocks_in_use();
     RAZORKV_CHECK(i >= 0 && i < count, kOutOfRange, "selected_kv_cache::span: span (", i,
                   ") outside [0, ", count, ")");
-    return found;
+    if (i < prompt_spans)
+      return {head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()), 0.0f};
+    return head.appended.span(i - prompt_spans);
   }
 
   // The memory vocabulary every razorkv cache shares.
@@ -179,17 +179,6 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   using skeleton::head_at;
   using skeleton::layer_at;
   using skeleton::layers_;
-
-  // Calls f(span) for the head's non-empty spans: the kept prompt rows, then each block.
-  template <class F>
-  static void for_each_span(const head_state& head, F&& f) {
-    if (head.rows.rows() > 0)
-      f(kv_span<T>{head.rows.keys(0, head.rows.rows()), head.rows.values(0, head.rows.rows()),
-                   0.0f});
-    head.appended.for_each_block([&](const detail::head_rows<T>& block, index_t rows) {
-      f(kv_span<T>{block.keys(0, rows), block.values(0, rows), 0.0f});
-    });
-  }
 };
 
 static_assert(is_kv_cache_v<selected_kv_cache<float>>,
