@@ -1,11 +1,13 @@
-// Built with -fno-exceptions: the headers compile, decode works, and a bad argument prints the
-// razorkv message and aborts (caught here with a SIGABRT handler so that ctest sees it).
+// Built with -fno-exceptions: the headers compile, decode and the razor cache work, and a bad
+// argument prints the razorkv message and aborts (caught here with a SIGABRT handler so that
+// ctest sees it).
 #include <razorkv/razorkv.hpp>
 
 #include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory_resource>
 #include <vector>
 
 #if !RAZORKV_NO_EXCEPTIONS
@@ -29,6 +31,20 @@ int main() {
   razorkv::decode_attention(cache, 0, razorkv::matrix_view<const float>(q.data(), 1, 8),
                             razorkv::matrix_view<float>(out.data(), 1, 8));
   std::printf("decode ok: %g\n", static_cast<double>(out[0]));
+  // The razor cache (its rows from a memory resource), prefill attention and save/restore
+  // instantiate in a build without exceptions too.
+  std::vector<float> prompt(20 * 8, 0.5f);
+  const auto prompt_view = razorkv::layer_view<const float>::nhd(prompt.data(), 20, 1, 8);
+  razorkv::razor_config config;
+  config.fixed_window = 4;
+  razorkv::razor_kv_cache<float> razor(razorkv::head_plan(razorkv::model_shape{1, 1, 1, 8}), config,
+                                       std::pmr::new_delete_resource());
+  razor.compress_chunk(0, prompt_view, prompt_view);
+  const razorkv::razor_kv_cache<float> restored =
+      razorkv::restore_state<float>(razorkv::save_state(razor));
+  razorkv::prefill_attention(restored, 0, razorkv::layer_view<const float>::nhd(q.data(), 1, 1, 8),
+                             razorkv::layer_view<float>::nhd(out.data(), 1, 1, 8));
+  std::printf("razor ok: %g\n", static_cast<double>(out[0]));
   std::fflush(stdout);
   std::signal(SIGABRT, on_abort);
   razorkv::matrix_view<const float> bad(q.data(), 1, -3);  // aborts with the message on stderr

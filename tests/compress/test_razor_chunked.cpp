@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <memory_resource>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -354,10 +355,12 @@ TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
 class counting_resource final : public std::pmr::memory_resource {
  public:
   long outstanding = 0, allocations = 0;
+  long limit = -1;  // when >= 0, allocation number `limit` (from 0) throws std::bad_alloc
   std::size_t smallest_alignment = 4096;
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    if (allocations == limit) throw std::bad_alloc();
     outstanding += static_cast<long>(bytes);
     ++allocations;
     smallest_alignment = std::min(smallest_alignment, alignment);
@@ -424,6 +427,35 @@ TEST(RazorkvRazorMemory, EveryRowComesFromTheCachesResourceAndGoesBack) {
   }
   EXPECT_GT(pool.allocations, 0);
   EXPECT_EQ(pool.smallest_alignment, 64u);
+}
+
+// A pool that runs out at any allocation of a compression, a chunk or a decode step: the call
+// throws, the resource gets back everything the cache does not hold, and the cache lets go of
+// the rest when it goes.
+TEST(RazorkvRazorMemory, APoolThatRunsOutLeavesNothingBehind) {
+  std::mt19937_64 rng(1213);
+  const prompt<float> layer(400, rng);
+  razor_config config = config_for(compensation_mode::kWeighted, decode_mode::kAppend);
+  bool completed = false;
+  for (long limit = 0; !completed; ++limit) {
+    SCOPED_TRACE(::testing::Message() << "allocation " << limit << " fails");
+    counting_resource pool;
+    pool.limit = limit;
+    {
+      razor_kv_cache<float> cache(test_plan(), config, &pool);
+      try {
+        for (index_t first = 0; first < 200; first += 40)
+          cache.compress_chunk(0, layer.key_view(first, 40), layer.value_view(first, 40));
+        for (index_t t = 200; t < 400; ++t)
+          cache.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+        completed = true;
+      } catch (const std::bad_alloc&) {
+      }
+      EXPECT_EQ(pool.outstanding, cache.allocated_bytes() - sums_bytes(cache));
+    }
+    EXPECT_EQ(pool.outstanding, 0);
+    ASSERT_LT(limit, 10000);
+  }
 }
 
 // One plan for many sequences: caches, their copies and restored caches share the pointer

@@ -25,19 +25,15 @@ template <class T>
 class head_rows {
  public:
   head_rows() = default;
+  // Delegates to the constructor that allocates nothing, so that the object exists when the
+  // allocations run: if the values' allocation throws, the destructor frees the keys (no
+  // try/catch, which a consumer built without exceptions could not compile).
   head_rows(index_t capacity, index_t dim,
             std::pmr::memory_resource* resource = std::pmr::get_default_resource())
-      : capacity_(capacity), dim_(dim), resource_(resource) {
-    const index_t elements = checked_mul(capacity, dim, "head_rows: rows * head_dim");
-    checked_mul(elements, static_cast<index_t>(sizeof(T)), "head_rows: bytes of one head");
-    if (elements > 0) {
+      : head_rows(resource, checked_capacity(capacity, dim), dim) {
+    if (capacity_ * dim_ > 0) {
       keys_ = static_cast<T*>(resource_->allocate(half_bytes(), kAlignment));
-      try {
-        values_ = static_cast<T*>(resource_->allocate(half_bytes(), kAlignment));
-      } catch (...) {
-        resource_->deallocate(keys_, half_bytes(), kAlignment);
-        throw;
-      }
+      values_ = static_cast<T*>(resource_->allocate(half_bytes(), kAlignment));
     }
   }
   ~head_rows() { deallocate(); }
@@ -104,10 +100,16 @@ class head_rows {
   std::size_t half_bytes() const noexcept {
     return static_cast<std::size_t>(capacity_ * dim_) * sizeof(T);
   }
+  head_rows(std::pmr::memory_resource* resource, index_t capacity, index_t dim) noexcept
+      : capacity_(capacity), dim_(dim), resource_(resource) {}
+  static index_t checked_capacity(index_t capacity, index_t dim) {
+    const index_t elements = checked_mul(capacity, dim, "head_rows: rows * head_dim");
+    checked_mul(elements, static_cast<index_t>(sizeof(T)), "head_rows: bytes of one head");
+    return capacity;
+  }
   void deallocate() noexcept {
-    if (keys_ == nullptr) return;
-    resource_->deallocate(keys_, half_bytes(), kAlignment);
-    resource_->deallocate(values_, half_bytes(), kAlignment);
+    if (keys_ != nullptr) resource_->deallocate(keys_, half_bytes(), kAlignment);
+    if (values_ != nullptr) resource_->deallocate(values_, half_bytes(), kAlignment);
     keys_ = values_ = nullptr;
   }
   matrix_view<const T> view(const T* base, index_t first, index_t count) const {

@@ -18,11 +18,12 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// Query vectors per tile and key rows per block. A tile's working set (queries, output, one
-// block of scores, and the block's widened keys and values) is 128 KB at head_dim 128 in float:
-// it stays in L2 while the GEMMs stream it. Measured on this project's 2-core AVX-512 machine
-// (prefill benchmark, float, GQA 4): 64 x 256 was within 5% of the best of the 32..256 x
-// 64..512 grid at every chunk size; smaller tiles pay Eigen's packing per product.
+// Query vectors per tile and key rows per block. A tile's working set at head_dim 128 (queries,
+// output and one block of scores: 128 KB in float; 16-bit storage adds 256 KB of keys and values
+// widened to float) stays in L2 while the GEMMs stream it. Measured on this project's 2-core
+// AVX-512 machine (float, GQA 4, chunks of 64, 256 and 2048 tokens over 2048): every size of
+// the 32..128 x 128..512 grid but 32 x 128 ran at 100-126 GFLOPS, within the run-to-run noise; 64 x
+// 256 keeps more tiles for short chunks than 128-row tiles.
 inline constexpr index_t kPrefillQueryRows = 64;
 inline constexpr index_t kPrefillKeyRows = 256;
 
