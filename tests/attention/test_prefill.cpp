@@ -10,6 +10,7 @@
 #include <razorkv/cache/dense_cache.hpp>
 #include <razorkv/compress/razor_cache.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -57,7 +58,11 @@ TYPED_TEST(RazorkvPrefill, MatchesTheReferenceOverChunksDimsGroupsAndSpanSplits)
   const index_t kv_heads = 2;
   std::vector<index_t> chunks = {1, 5, 22, 64, 150}, pasts = {0, 3, 300}, dims = {128, 33};
   if (RAZORKV_TEST_LEVEL == 0) chunks = {1, 22, 150};
-  for (const std::uint64_t seed : razorkv_test::test_seeds(20261203)) {
+  // Two seeds at most: the grid, not the seeds, is what reaches the tile and block edges (and
+  // under ASan each seed costs 30 s of CI per dtype).
+  std::vector<std::uint64_t> seeds = razorkv_test::test_seeds(20261203);
+  seeds.resize(std::min<std::size_t>(seeds.size(), 2));
+  for (const std::uint64_t seed : seeds) {
     std::mt19937_64 rng(seed);
     for (const index_t past : pasts) {
       for (const index_t chunk : chunks) {
