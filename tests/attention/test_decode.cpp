@@ -21,15 +21,11 @@ namespace {
 using razorkv::index_t;
 using razorkv::layer_view;
 using razorkv::matrix_view;
+using razorkv_test::attention_tolerance;
 using razorkv_test::head_data;
 using razorkv_test::random_heads;
 using razorkv_test::span_list_cache;
 using razorkv_test::split_at_random;
-
-template <class T>
-double tolerance(double magnitude) {
-  return 64.0 * razorkv_test::accum_epsilon<T>() * std::fmax(1.0, magnitude) * 10.0;
-}
 
 // Decode into the accumulation type of the cache (double for double caches).
 template <class Cache, class TQ>
@@ -76,7 +72,7 @@ TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
               cache, 0, matrix_view<const Acc>(queries.data(), query_heads, dim));
           const auto got = run_decode(cache, queries, query_heads);
           EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-                    tolerance<T>(razorkv_test::max_abs(expected)));
+                    attention_tolerance<T>(razorkv_test::max_abs(expected)));
 
           if (tokens == 17) {
             std::vector<T> narrow(queries.size());
@@ -85,7 +81,7 @@ TYPED_TEST(RazorkvDecode, MatchesReferenceOverSizesDimsGroupsAndSpanSplits) {
                 cache, 0, matrix_view<const T>(narrow.data(), query_heads, dim));
             EXPECT_LE(
                 razorkv_test::max_abs_diff(run_decode(cache, narrow, query_heads), expected_narrow),
-                tolerance<T>(razorkv_test::max_abs(expected_narrow)));
+                attention_tolerance<T>(razorkv_test::max_abs(expected_narrow)));
           }
         }
       }
@@ -131,11 +127,11 @@ TYPED_TEST(RazorkvDecode, LogWeightedTokenEqualsThatManyCopies) {
     const auto expected = razorkv::reference::decode_attention(
         repeated, 0, matrix_view<const float>(queries.data(), group, dim));
     // ln(n) is rounded to float in the span; that is a relative weight error of ~n * 6e-8.
-    const double tol =
-        tolerance<T>(razorkv_test::max_abs(expected)) + 1e-7 * static_cast<double>(copies);
+    const double tol = attention_tolerance<T>(razorkv_test::max_abs(expected)) +
+                       1e-7 * static_cast<double>(copies);
     EXPECT_LE(razorkv_test::max_abs_diff(got_weighted, expected), tol);
     EXPECT_LE(razorkv_test::max_abs_diff(got_repeated, expected),
-              tolerance<T>(razorkv_test::max_abs(expected)));
+              attention_tolerance<T>(razorkv_test::max_abs(expected)));
   }
 }
 
@@ -185,7 +181,7 @@ TYPED_TEST(RazorkvDecode, MultiQueryIsCausalAmongNewTokens) {
                                       layer_view<TO>::nhd(out.data(), fresh, query_heads, dim));
       const auto expected = razorkv::reference::decode_attention_multi(cache, 0, view);
       EXPECT_LE(razorkv_test::max_abs_diff(out, expected),
-                tolerance<T>(razorkv_test::max_abs(expected)));
+                attention_tolerance<T>(razorkv_test::max_abs(expected)));
 
       // Token t of the new ones sees exactly the cache truncated after itself.
       for (index_t t = 0; t < fresh; ++t) {
@@ -202,7 +198,7 @@ TYPED_TEST(RazorkvDecode, MultiQueryIsCausalAmongNewTokens) {
         const auto single = run_decode(truncated, q_t, query_heads);
         std::vector<TO> out_t(out.begin() + t * query_heads * dim,
                               out.begin() + (t + 1) * query_heads * dim);
-        EXPECT_LE(razorkv_test::max_abs_diff(out_t, single), tolerance<T>(1.0));
+        EXPECT_LE(razorkv_test::max_abs_diff(out_t, single), attention_tolerance<T>(1.0));
       }
     }
   }
@@ -238,7 +234,7 @@ TEST(RazorkvDecode, StridedQueriesAndOutputInPlace) {
     }
   }
   EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-            tolerance<float>(razorkv_test::max_abs(expected)));
+            attention_tolerance<float>(razorkv_test::max_abs(expected)));
 
   // Half-precision output.
   std::vector<Eigen::half> half_out(static_cast<std::size_t>(query_heads * dim));
@@ -298,7 +294,7 @@ TEST(RazorkvDecode, ExplicitScaleIsUsed) {
     const auto expected = razorkv::reference::decode_attention(
         cache, 0, matrix_view<const float>(queries.data(), 1, dim), scale);
     EXPECT_LE(razorkv_test::max_abs_diff(run_decode(cache, queries, 1, options), expected),
-              tolerance<float>(1.0));
+              attention_tolerance<float>(1.0));
   }
 }
 
@@ -335,7 +331,7 @@ TYPED_TEST(RazorkvDecode, SplittingLongHeadsAcrossTasksMatchesReference) {
       razorkv::decode_attention_multi(
           cache, 0, q, layer_view<Acc>::nhd(got.data(), new_tokens, query_heads, dim), options);
       EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-                tolerance<T>(razorkv_test::max_abs(expected)));
+                attention_tolerance<T>(razorkv_test::max_abs(expected)));
     }
   }
 }

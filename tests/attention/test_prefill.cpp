@@ -24,13 +24,9 @@ namespace {
 
 using razorkv::index_t;
 using razorkv::layer_view;
+using razorkv_test::attention_tolerance;
 using razorkv_test::random_heads;
 using razorkv_test::split_at_random;
-
-template <class T>
-double tolerance(double magnitude) {
-  return 640.0 * razorkv_test::accum_epsilon<T>() * std::fmax(1.0, magnitude);
-}
 
 // prefill_attention into the accumulation type of the source (double for double sources).
 template <class Source, class TQ>
@@ -90,13 +86,13 @@ TYPED_TEST(RazorkvPrefill, MatchesTheReferenceOverChunksDimsGroupsAndSpanSplits)
             const auto expected = razorkv::reference::decode_attention_multi(source, 0, q);
             const auto got = run_prefill(source, queries, chunk, query_heads);
             EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-                      tolerance<T>(razorkv_test::max_abs(expected)));
+                      attention_tolerance<T>(razorkv_test::max_abs(expected)));
 
             std::vector<Acc> decoded(queries.size());
             razorkv::decode_attention_multi(
                 source, 0, q, layer_view<Acc>::nhd(decoded.data(), chunk, query_heads, dim));
             EXPECT_LE(razorkv_test::max_abs_diff(got, decoded),
-                      tolerance<T>(razorkv_test::max_abs(expected)));
+                      attention_tolerance<T>(razorkv_test::max_abs(expected)));
           }
         }
       }
@@ -148,7 +144,7 @@ TYPED_TEST(RazorkvPrefill, OverARazorCacheBetweenChunks) {
         cache, 0, layer_view<const float>::nhd(queries.data(), kChunk, kQueryHeads, kDim));
     EXPECT_LE(
         razorkv_test::max_abs_diff(run_prefill(cache, queries, kChunk, kQueryHeads), expected),
-        tolerance<T>(razorkv_test::max_abs(expected)));
+        attention_tolerance<T>(razorkv_test::max_abs(expected)));
   }
 }
 
@@ -181,7 +177,7 @@ TEST(RazorkvPrefill, StridedQueriesAndOutputInPlace) {
     }
   }
   EXPECT_LE(razorkv_test::max_abs_diff(got, expected),
-            tolerance<float>(razorkv_test::max_abs(expected)));
+            attention_tolerance<float>(razorkv_test::max_abs(expected)));
 
   std::vector<Eigen::half> half_out(static_cast<std::size_t>(chunk * query_heads * dim));
   razorkv::prefill_attention(

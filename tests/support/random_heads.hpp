@@ -1,8 +1,9 @@
-// tests/support/random_heads.hpp: a synthetic layer's per-head keys and values, and the same
-// tokens as a span_list_cache split at random points with padded rows (pages, ragged spans).
+// tests/support/random_heads.hpp: a synthetic layer's per-head keys and values, the same tokens
+// as a span_list_cache split at random points with padded rows, and the attention tolerance.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -53,6 +54,13 @@ span_list_cache<T> split_at_random(const head_data<T>& data, index_t tokens, ind
     }
   }
   return cache;
+}
+
+// What an attention kernel over storage T may differ from the double reference by, for outputs
+// of the given magnitude (sums of a few thousand products in accum_t<T>).
+template <class T>
+double attention_tolerance(double magnitude) {
+  return 640.0 * accum_epsilon<T>() * std::fmax(1.0, magnitude);
 }
 
 }  // namespace razorkv_test
