@@ -1,0 +1,703 @@
+// razorkv/python/module.cpp: the C++ side of `import razorkv` (pybind11): calibration (probe,
+// scorers, selection, plans and their files, the memory calculator), the RazorAttention cache
+// and the baseline policies. razorkv/__init__.py wraps it; arrays arrive here as numpy arrays.
+#include <razorkv/io/json.hpp>
+#include <razorkv/io/plan_files.hpp>
+#include <razorkv/razorkv.hpp>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace py = pybind11;
+using razorkv::index_t;
+
+namespace {
+
+// ---- arrays in ----------------------------------------------------------------------------------
+
+// The storage dtype of a numpy array: float32, float64 and float16 by their numpy dtype;
+// bfloat16 (which numpy lacks) as 16-bit integers that the Python layer declares as "bfloat16".
+razorkv::dtype storage_dtype(const py::array& a, const std::string& declared, const char* name) {
+  const py::dtype d = a.dtype();
+  const char kind = d.kind();
+  const auto size = d.itemsize();
+  if (declared == "bfloat16") {
+    RAZORKV_CHECK((kind == 'i' || kind == 'u') && size == 2, kInvalidArgument, name,
+                  ": a bfloat16 array must be carried as 16-bit integers, got ",
+                  d.attr("name").cast<std::string>());
+    return razorkv::dtype::kBFloat16;
+  }
+  RAZORKV_CHECK(declared.empty(), kInvalidArgument, name, ": unknown dtype '", declared,
+                "' (expected bfloat16 or none)");
+  if (kind == 'f' && size == 4) return razorkv::dtype::kFloat32;
+  if (kind == 'f' && size == 8) return razorkv::dtype::kFloat64;
+  if (kind == 'f' && size == 2) return razorkv::dtype::kFloat16;
+  RAZORKV_CHECK(false, kInvalidArgument, name, ": dtype ", d.attr("name").cast<std::string>(),
+                " is not a storage dtype (float32, float64, float16 or bfloat16)");
+  return razorkv::dtype::kFloat32;
+}
+
+// Calls f(static_cast<T*>(nullptr)) with T the C++ type of `type`.
+template <class F>
+decltype(auto) with_type(razorkv::dtype type, F&& f) {
+  switch (type) {
+    case razorkv::dtype::kFloat32:
+      return f(static_cast<float*>(nullptr));
+    case razorkv::dtype::kFloat64:
+      return f(static_cast<double*>(nullptr));
+    case razorkv::dtype::kFloat16:
+      return f(static_cast<Eigen::half*>(nullptr));
+    case razorkv::dtype::kBFloat16:
+      break;
+  }
+  return f(static_cast<Eigen::bfloat16*>(nullptr));
+}
+
+// A numpy array seen as razorkv's views: in place when its last axis is contiguous and every
+// stride is a non-negative multiple of the element size, else a C-contiguous copy that this
+// object keeps alive.
+class array_in {
+ public:
+  array_in(py::array a, const std::string& declared, const char* name, py::ssize_t ndim)
+      : name_(name), type_(storage_dtype(a, declared, name)) {
+    RAZORKV_CHECK(a.ndim() == ndim, kShapeMismatch, name, " must have ", ndim, " dimensions, has ",
+                  a.ndim());
+    const auto item = a.itemsize();
+    bool in_place = a.shape(ndim - 1) <= 1 || a.strides(ndim - 1) == item;
+    for (py::ssize_t i = 0; i < ndim; ++i)
+      in_place = in_place && a.strides(i) >= 0 && a.strides(i) % item == 0;
+    array_ =
+        in_place ? std::move(a) : py::array::ensure(a, py::array::c_style | py::array::forcecast);
+  }
+
+  razorkv::dtype type() const noexcept { return type_; }
+  index_t extent(py::ssize_t i) const { return static_cast<index_t>(array_.shape(i)); }
+  index_t stride(py::ssize_t i) const {
+    return static_cast<index_t>(array_.strides(i) / array_.itemsize());
+  }
+
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(array_.data());
+  }
+  // [tokens, heads, head_dim] of a 3-D array.
+  template <class T>
+  razorkv::layer_view<const T> layer() const {
+    return razorkv::layer_view<const T>(data<T>(), extent(0), extent(1), extent(2), stride(0),
+                                        stride(1));
+  }
+  razorkv::any_layer_view any_layer() const {
+    return with_type(type_, [&](auto* tag) -> razorkv::any_layer_view {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return layer<T>();
+    });
+  }
+  const char* name() const noexcept { return name_; }
+
+ private:
+  const char* name_;
+  razorkv::dtype type_;
+  py::array array_;
+};
+
+// A float32 matrix [rows, cols] the caller gets back.
+py::array_t<float> new_float_array(std::vector<py::ssize_t> shape) {
+  return py::array_t<float>(std::move(shape));
+}
+
+razorkv::gqa_aggregation parse_aggregation(const std::string& name) {
+  if (name == "sum") return razorkv::gqa_aggregation::kSum;
+  if (name == "max") return razorkv::gqa_aggregation::kMax;
+  RAZORKV_CHECK(name == "mean", kInvalidArgument, "gqa ('", name,
+                "') must be 'sum', 'max' or 'mean'");
+  return razorkv::gqa_aggregation::kMean;
+}
+
+razorkv::compensation_mode parse_compensation(const std::string& name) {
+  if (name == "weighted") return razorkv::compensation_mode::kWeighted;
+  if (name == "unweighted") return razorkv::compensation_mode::kUnweighted;
+  RAZORKV_CHECK(name == "none", kInvalidArgument, "compensation ('", name,
+                "') must be 'weighted', 'unweighted' or 'none'");
+  return razorkv::compensation_mode::kNone;
+}
+
+razorkv::decode_mode parse_decode(const std::string& name) {
+  if (name == "append") return razorkv::decode_mode::kAppend;
+  RAZORKV_CHECK(name == "bounded", kInvalidArgument, "decode ('", name,
+                "') must be 'append' or 'bounded'");
+  return razorkv::decode_mode::kBounded;
+}
+
+razorkv::dtype parse_dtype(const std::string& name) {
+  if (name == "float32") return razorkv::dtype::kFloat32;
+  if (name == "float64") return razorkv::dtype::kFloat64;
+  if (name == "float16") return razorkv::dtype::kFloat16;
+  RAZORKV_CHECK(name == "bfloat16", kInvalidArgument, "dtype ('", name,
+                "') must be 'float32', 'float64', 'float16' or 'bfloat16'");
+  return razorkv::dtype::kBFloat16;
+}
+
+razorkv::model_shape shape_from(const py::tuple& t) {
+  RAZORKV_CHECK(t.size() == 4, kInvalidArgument, "shape must be (num_layers, num_query_heads, ",
+                "num_kv_heads, head_dim), has ", t.size(), " entries");
+  return {t[0].cast<index_t>(), t[1].cast<index_t>(), t[2].cast<index_t>(), t[3].cast<index_t>()};
+}
+
+py::tuple shape_to(const razorkv::model_shape& s) {
+  return py::make_tuple(s.num_layers, s.num_query_heads, s.num_kv_heads, s.head_dim);
+}
+
+// ---- scoring
+// --------------------------------------------------------------------------------------
+
+py::tuple to_python(const razorkv::layer_scores& s) {
+  return py::make_tuple(
+      py::array_t<double>(static_cast<py::ssize_t>(s.echo.size()), s.echo.data()),
+      py::array_t<double>(static_cast<py::ssize_t>(s.induction.size()), s.induction.data()));
+}
+
+py::tuple score_queries_keys(const razorkv::probe& probe, py::array queries,
+                             const std::string& queries_dtype, py::array keys,
+                             const std::string& keys_dtype, std::optional<double> scale,
+                             std::vector<double> alibi_slopes, index_t row_step) {
+  const array_in q(std::move(queries), queries_dtype, "queries", 3);
+  const array_in k(std::move(keys), keys_dtype, "keys", 3);
+  RAZORKV_CHECK(q.type() == k.type(), kInvalidArgument, "score_queries_keys: queries are ",
+                razorkv::dtype_name(q.type()), ", keys ", razorkv::dtype_name(k.type()),
+                "; give both in one dtype");
+  razorkv::qk_scoring_options options;
+  options.scale = scale;
+  options.alibi_slopes = std::move(alibi_slopes);
+  options.row_step = row_step;
+  const razorkv::layer_scores scores = [&] {
+    py::gil_scoped_release unlocked;  // the arrays stay referenced by q and k
+    return with_type(q.type(), [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return razorkv::score_from_queries_keys(probe, q.layer<T>(), k.layer<T>(), options);
+    });
+  }();
+  return to_python(scores);
+}
+
+py::tuple score_probabilities(const razorkv::probe& probe, py::array probabilities,
+                              const std::string& dtype, double row_sum_tolerance,
+                              index_t row_step) {
+  py::array contiguous = py::array::ensure(probabilities, py::array::c_style);
+  RAZORKV_CHECK(contiguous, kInvalidArgument, "probabilities: not an array");
+  const array_in p(contiguous, dtype, "probabilities", 3);
+  RAZORKV_CHECK(p.extent(1) == p.extent(2), kShapeMismatch,
+                "probabilities must be [heads, L, L], is [", p.extent(0), ", ", p.extent(1), ", ",
+                p.extent(2), "]");
+  razorkv::scoring_options options;
+  options.row_sum_tolerance = row_sum_tolerance;
+  options.row_step = row_step;
+  const razorkv::layer_scores scores = [&] {
+    py::gil_scoped_release unlocked;
+    return with_type(p.type(), [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return razorkv::score_from_probabilities(probe, p.data<T>(), p.extent(0), p.extent(1),
+                                               options);
+    });
+  }();
+  return to_python(scores);
+}
+
+py::array_t<double> score_table(const razorkv::head_scores& s, bool induction) {
+  py::array_t<double> out({s.num_layers(), s.num_query_heads()});
+  auto cells = out.mutable_unchecked<2>();
+  for (index_t l = 0; l < s.num_layers(); ++l) {
+    for (index_t h = 0; h < s.num_query_heads(); ++h)
+      cells(l, h) = induction ? s.induction(l, h) : s.echo(l, h);
+  }
+  return out;
+}
+
+// ---- caches
+// ----------------------------------------------------------------------------------------
+
+// Decode (one query per query head, [heads, head_dim]) or prefill attention (a chunk of queries,
+// [tokens, heads, head_dim]) over any source; queries are float32, the result is float32.
+template <class Source>
+py::array_t<float> attend_source(const Source& source, index_t layer, py::array_t<float> queries,
+                                 std::optional<double> scale, razorkv::attention_weights* weights) {
+  const array_in q(queries, "", "queries", queries.ndim() == 2 ? 2 : 3);
+  razorkv::attention_options options;
+  options.scale = scale;
+  if (queries.ndim() == 2) {
+    const razorkv::matrix_view<const float> view(q.data<float>(), q.extent(0), q.extent(1),
+                                                 q.stride(0));
+    py::array_t<float> out = new_float_array({q.extent(0), q.extent(1)});
+    const razorkv::matrix_view<float> out_view(out.mutable_data(), q.extent(0), q.extent(1));
+    py::gil_scoped_release unlocked;
+    if (weights != nullptr) {
+      razorkv::decode_attention(source, layer, view, out_view, *weights, options);
+    } else {
+      razorkv::decode_attention(source, layer, view, out_view, options);
+    }
+    return out;
+  }
+  py::array_t<float> out = new_float_array({q.extent(0), q.extent(1), q.extent(2)});
+  const auto out_view =
+      razorkv::layer_view<float>::nhd(out.mutable_data(), q.extent(0), q.extent(1), q.extent(2));
+  py::gil_scoped_release unlocked;
+  razorkv::prefill_attention(source, layer, q.layer<float>(), out_view, options);
+  return out;
+}
+
+template <class T>
+using any_cache_t = razorkv::any_kv_cache<T>;
+
+// A cache of any storage dtype behind one Python class: the baselines' caches (any_kv_cache) or
+// the RazorAttention cache (razor_kv_cache), chosen by the template.
+template <template <class> class Cache>
+class py_cache {
+ public:
+  using variant =
+      std::variant<Cache<float>, Cache<double>, Cache<Eigen::half>, Cache<Eigen::bfloat16>>;
+  explicit py_cache(variant cache) : cache_(std::move(cache)) {}
+
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(std::forward<F>(f), cache_);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), cache_);
+  }
+
+  std::string dtype() const {
+    return visit([](const auto& c) {
+      using T = typename std::decay_t<decltype(c)>::value_type;
+      return std::string(razorkv::dtype_name(razorkv::dtype_of<T>()));
+    });
+  }
+
+  void append(index_t layer, py::array keys, const std::string& keys_dtype, py::array values,
+              const std::string& values_dtype) {
+    const array_in k(std::move(keys), keys_dtype, "keys", 3);
+    const array_in v(std::move(values), values_dtype, "values", 3);
+    visit([&](auto& c) {
+      using T = typename std::decay_t<decltype(c)>::value_type;
+      c.append(layer, k.any_layer().template as<T>("append", "keys"),
+               v.any_layer().template as<T>("append", "values"));
+    });
+  }
+
+  // Decode or prefill attention; a cache that learns from decode (H2O) observes the step.
+  py::array_t<float> attend(index_t layer, py::array_t<float> queries,
+                            std::optional<double> scale) {
+    return visit([&](auto& c) {
+      if constexpr (std::is_same_v<Cache<float>, razorkv::any_kv_cache<float>>) {
+        if (queries.ndim() == 2 && c.observes_attention()) {
+          razorkv::attention_weights weights;
+          py::array_t<float> out = attend_source(c, layer, queries, scale, &weights);
+          c.observe(layer, weights);
+          return out;
+        }
+      }
+      return attend_source(c, layer, queries, scale, nullptr);
+    });
+  }
+
+  index_t entries(index_t layer, index_t kv_head) const {
+    return visit([&](const auto& c) { return c.entries(layer, kv_head); });
+  }
+  index_t kv_bytes() const {
+    return visit([](const auto& c) { return c.kv_bytes(); });
+  }
+  index_t allocated_bytes() const {
+    return visit([](const auto& c) { return c.allocated_bytes(); });
+  }
+  index_t max_new_tokens(index_t layer) const {
+    return visit([&](const auto& c) { return c.max_new_tokens(layer); });
+  }
+  py::tuple shape() const {
+    return visit([](const auto& c) {
+      return py::make_tuple(c.num_layers(), c.num_kv_heads(), c.head_dim());
+    });
+  }
+
+ private:
+  variant cache_;
+};
+
+using baseline_cache = py_cache<any_cache_t>;
+using razor_cache = py_cache<razorkv::razor_kv_cache>;
+
+razor_cache make_razor_cache(const razorkv::head_plan& plan, const std::string& dtype,
+                             const razorkv::razor_config& config) {
+  return with_type(parse_dtype(dtype), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return razor_cache(razorkv::razor_kv_cache<T>(plan, config));
+  });
+}
+
+razorkv::razor_config make_razor_config(index_t sinks, index_t s0, double c, index_t fixed_window,
+                                        const std::string& compensation, const std::string& decode,
+                                        bool check_finite) {
+  razorkv::razor_config config;
+  config.sinks = sinks;
+  config.s0 = s0;
+  config.c = c;
+  config.fixed_window = fixed_window;
+  config.compensation = parse_compensation(compensation);
+  config.decode = parse_decode(decode);
+  config.check_finite = check_finite;
+  razorkv::check_config(config, "RazorConfig");
+  return config;
+}
+
+// A policy's cache of a prompt given as per-layer arrays (keys and values [N, kv heads, dim],
+// queries [Nq, query heads, dim] or none), all of one dtype, read in place.
+baseline_cache compress_prompt(const razorkv::policy& policy, const razorkv::model_shape& shape,
+                               const std::vector<py::array>& keys,
+                               const std::vector<py::array>& values,
+                               const std::vector<py::array>& queries, const std::string& dtype,
+                               index_t budget_entries) {
+  RAZORKV_CHECK(keys.size() == values.size() && (queries.empty() || queries.size() == keys.size()),
+                kShapeMismatch, "compress: ", keys.size(), " key, ", values.size(), " value and ",
+                queries.size(), " query layers given; they must be equal (queries may be none)");
+  std::vector<array_in> k, v, q;
+  for (std::size_t l = 0; l < keys.size(); ++l) {
+    k.emplace_back(keys[l], dtype, "keys", 3);
+    v.emplace_back(values[l], dtype, "values", 3);
+    if (!queries.empty()) q.emplace_back(queries[l], dtype, "queries", 3);
+  }
+  const razorkv::dtype type = k.empty() ? razorkv::dtype::kFloat32 : k.front().type();
+  return with_type(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    std::vector<razorkv::layer_sequence<T>> layers;
+    for (std::size_t l = 0; l < k.size(); ++l) {
+      razorkv::layer_sequence<T> s;
+      s.keys = k[l].any_layer().template as<T>("compress", "keys");
+      s.values = v[l].any_layer().template as<T>("compress", "values");
+      if (!q.empty()) s.queries = q[l].any_layer().template as<T>("compress", "queries");
+      layers.push_back(s);
+    }
+    const razorkv::prompt_kv<T> prompt(shape, std::move(layers));
+    py::gil_scoped_release unlocked;
+    return baseline_cache(policy.compress(prompt, budget_entries));
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_razorkv, m) {
+  m.doc() = "razorkv: RazorAttention KV-cache compression (C++ core; see the razorkv package)";
+  m.attr("__version__") = std::to_string(RAZORKV_VERSION_MAJOR) + "." +
+                          std::to_string(RAZORKV_VERSION_MINOR) + "." +
+                          std::to_string(RAZORKV_VERSION_PATCH);
+
+  // razorkv's errors arrive as razorkv.Error (a ValueError) carrying razorkv's message.
+  py::register_exception<razorkv::error>(m, "Error", PyExc_ValueError);
+
+  py::class_<razorkv::probe>(m, "Probe")
+      .def(py::init([](index_t period, index_t repeats, std::int64_t vocab_max,
+                       std::int64_t vocab_min, std::optional<std::int64_t> bos, std::uint64_t seed,
+                       bool allow_duplicates) {
+             razorkv::probe_config c;
+             c.num_random_tokens = period;
+             c.repeats = repeats;
+             c.max_id = vocab_max;
+             c.min_id = vocab_min;
+             c.bos_id = bos;
+             c.seed = seed;
+             c.allow_duplicates = allow_duplicates;
+             return razorkv::probe(c);
+           }),
+           py::arg("period") = 2500, py::arg("repeats") = 4, py::kw_only(), py::arg("vocab_max"),
+           py::arg("vocab_min") = 0, py::arg("bos") = std::nullopt, py::arg("seed") = 0,
+           py::arg("allow_duplicates") = false)
+      .def_static(
+          "from_tokens",
+          [](std::vector<std::int64_t> tokens, index_t period, index_t repeats, bool has_bos) {
+            return razorkv::probe(std::move(tokens), period, repeats, has_bos);
+          },
+          py::arg("tokens"), py::arg("period"), py::arg("repeats"), py::arg("has_bos") = false)
+      .def_property_readonly("tokens",
+                             [](const razorkv::probe& p) {
+                               return py::array_t<std::int64_t>(
+                                   static_cast<py::ssize_t>(p.tokens().size()), p.tokens().data());
+                             })
+      .def_property_readonly("period", &razorkv::probe::num_random_tokens)
+      .def_property_readonly("repeats", &razorkv::probe::repeats)
+      .def_property_readonly("has_bos", &razorkv::probe::has_bos)
+      .def("__len__", &razorkv::probe::length);
+
+  m.def("_score_queries_keys", &score_queries_keys);
+  m.def("_score_probabilities", &score_probabilities);
+
+  py::class_<razorkv::head_scores>(m, "HeadScores")
+      .def(py::init<index_t, index_t, index_t>(), py::arg("num_layers"), py::arg("num_query_heads"),
+           py::arg("num_kv_heads"))
+      .def(
+          "set_layer",
+          [](razorkv::head_scores& s, index_t layer, std::vector<double> echo,
+             std::vector<double> induction) {
+            s.set_layer(layer, razorkv::layer_scores{std::move(echo), std::move(induction)});
+          },
+          py::arg("layer"), py::arg("echo"), py::arg("induction"))
+      .def_property_readonly("num_layers", &razorkv::head_scores::num_layers)
+      .def_property_readonly("num_query_heads", &razorkv::head_scores::num_query_heads)
+      .def_property_readonly("num_kv_heads", &razorkv::head_scores::num_kv_heads)
+      .def_property_readonly("complete", &razorkv::head_scores::complete)
+      .def_property_readonly("echo",
+                             [](const razorkv::head_scores& s) { return score_table(s, false); })
+      .def_property_readonly("induction",
+                             [](const razorkv::head_scores& s) { return score_table(s, true); })
+      .def("to_json", &razorkv::io::head_scores_to_json)
+      .def_static("from_json", &razorkv::io::head_scores_from_json, py::arg("text"));
+
+  py::class_<razorkv::head_plan>(m, "HeadPlan")
+      .def(py::init([](const py::tuple& shape) { return razorkv::head_plan(shape_from(shape)); }),
+           py::arg("shape"))
+      .def_property_readonly("shape",
+                             [](const razorkv::head_plan& p) { return shape_to(p.shape()); })
+      .def("is_retrieval", &razorkv::head_plan::is_retrieval, py::arg("layer"), py::arg("kv_head"))
+      .def("set_retrieval", &razorkv::head_plan::set_retrieval, py::arg("layer"),
+           py::arg("kv_head"), py::arg("retrieval") = true)
+      .def("retrieval_heads", &razorkv::head_plan::retrieval_heads, py::arg("layer"))
+      .def_property_readonly("num_retrieval", &razorkv::head_plan::num_retrieval)
+      .def_property_readonly("retrieval_mask",
+                             [](const razorkv::head_plan& p) {
+                               const auto& s = p.shape();
+                               py::array_t<bool> out({s.num_layers, s.num_kv_heads});
+                               auto cells = out.mutable_unchecked<2>();
+                               for (index_t l = 0; l < s.num_layers; ++l)
+                                 for (index_t h = 0; h < s.num_kv_heads; ++h)
+                                   cells(l, h) = p.is_retrieval(l, h);
+                               return out;
+                             })
+      .def_property_readonly("method",
+                             [](const razorkv::head_plan& p) { return p.selection().method; })
+      .def("validate_against",
+           [](const razorkv::head_plan& p, const py::tuple& shape) {
+             p.validate_against(shape_from(shape));
+           })
+      .def(
+          "format",
+          [](const razorkv::head_plan& p, const std::string& format) {
+            return razorkv::io::format_head_plan(p, razorkv::io::parse_plan_format(format));
+          },
+          py::arg("format") = "razorkv")
+      .def_static(
+          "parse",
+          [](const std::string& text, const std::string& format, std::optional<py::tuple> shape,
+             double threshold, std::optional<double> sparsity) {
+            razorkv::io::plan_read_options options;
+            options.format = razorkv::io::parse_plan_format(format);
+            if (shape) options.shape = shape_from(*shape);
+            options.gates.threshold = threshold;
+            options.gates.sparsity = sparsity;
+            return razorkv::io::parse_head_plan(text, options);
+          },
+          py::arg("text"), py::kw_only(), py::arg("format") = "auto",
+          py::arg("shape") = std::nullopt, py::arg("threshold") = 0.5,
+          py::arg("sparsity") = std::nullopt);
+
+  m.def(
+      "select",
+      [](const razorkv::head_scores& scores, index_t head_dim, double induction_ratio,
+         double echo_ratio, const std::string& gqa, index_t min_per_layer) {
+        razorkv::selection_config config;
+        config.induction_ratio = induction_ratio;
+        config.echo_ratio = echo_ratio;
+        config.aggregation = parse_aggregation(gqa);
+        config.min_groups_per_layer = min_per_layer;
+        return razorkv::select_retrieval_heads(scores, head_dim, config);
+      },
+      py::arg("scores"), py::kw_only(), py::arg("head_dim"), py::arg("induction_ratio") = 0.14,
+      py::arg("echo_ratio") = 0.01, py::arg("gqa") = "sum", py::arg("min_per_layer") = 0);
+  m.def(
+      "select_for_budget",
+      [](const razorkv::head_scores& scores, index_t head_dim, index_t budget_bytes,
+         index_t seq_len, index_t dtype_bytes, index_t sinks, index_t s0, double c,
+         double induction_ratio, double echo_ratio, const std::string& gqa) {
+        razorkv::memory_target target;
+        target.budget_bytes = budget_bytes;
+        target.seq_len = seq_len;
+        target.dtype_bytes = dtype_bytes;
+        target.budget.sinks = sinks;
+        target.budget.s0 = s0;
+        target.budget.c = c;
+        razorkv::selection_config config;
+        config.induction_ratio = induction_ratio;
+        config.echo_ratio = echo_ratio;
+        config.aggregation = parse_aggregation(gqa);
+        return razorkv::select_for_budget(scores, head_dim, target, config);
+      },
+      py::arg("scores"), py::kw_only(), py::arg("head_dim"), py::arg("budget_bytes"),
+      py::arg("seq_len"), py::arg("dtype_bytes") = 2, py::arg("sinks") = 4, py::arg("s0") = 4000,
+      py::arg("c") = 5.0, py::arg("induction_ratio") = 0.14, py::arg("echo_ratio") = 0.01,
+      py::arg("gqa") = "sum");
+
+  // The memory calculator.
+  m.def(
+      "full_kv_bytes",
+      [](const py::tuple& shape, index_t tokens, index_t dtype_bytes) {
+        return razorkv::full_kv_bytes(shape_from(shape), tokens, dtype_bytes);
+      },
+      py::arg("shape"), py::arg("tokens"), py::arg("dtype_bytes") = 2);
+  m.def(
+      "compressed_kv_bytes",
+      [](const razorkv::head_plan& plan, index_t tokens, index_t sinks, index_t s0, double c,
+         index_t dtype_bytes) {
+        razorkv::razor_budget b;
+        b.sinks = sinks;
+        b.s0 = s0;
+        b.c = c;
+        return razorkv::compressed_kv_bytes(plan, tokens, b, dtype_bytes);
+      },
+      py::arg("plan"), py::arg("tokens"), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
+      py::arg("c") = 5.0, py::arg("dtype_bytes") = 2);
+  m.def("model_presets", [] {
+    py::dict presets;
+    for (const auto& p : razorkv::model_presets()) presets[py::str(p.name)] = shape_to(p.shape);
+    return presets;
+  });
+
+  py::class_<razorkv::razor_config>(m, "RazorConfig")
+      .def(py::init(&make_razor_config), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
+           py::arg("c") = 5.0, py::arg("fixed_window") = 0, py::arg("compensation") = "weighted",
+           py::arg("decode") = "append", py::arg("check_finite") = false)
+      .def_readonly("sinks", &razorkv::razor_config::sinks)
+      .def_readonly("s0", &razorkv::razor_config::s0)
+      .def_readonly("c", &razorkv::razor_config::c)
+      .def_readonly("fixed_window", &razorkv::razor_config::fixed_window)
+      .def_property_readonly("compensation",
+                             [](const razorkv::razor_config& c) {
+                               return razorkv::compensation_mode_name(c.compensation);
+                             })
+      .def_property_readonly("decode", [](const razorkv::razor_config& c) {
+        return razorkv::decode_mode_name(c.decode);
+      });
+
+  py::class_<razor_cache>(m, "_RazorCache")
+      .def(py::init(&make_razor_cache))
+      .def_property_readonly("dtype", &razor_cache::dtype)
+      .def_property_readonly("shape", &razor_cache::shape)
+      .def("compress_layer",
+           [](razor_cache& c, index_t layer, py::array keys, const std::string& keys_dtype,
+              py::array values, const std::string& values_dtype) {
+             const array_in k(std::move(keys), keys_dtype, "keys", 3);
+             const array_in v(std::move(values), values_dtype, "values", 3);
+             py::gil_scoped_release unlocked;
+             c.visit(
+                 [&](auto& cache) { cache.compress_layer(layer, k.any_layer(), v.any_layer()); });
+           })
+      .def("compress_chunk",
+           [](razor_cache& c, index_t layer, py::array keys, const std::string& keys_dtype,
+              py::array values, const std::string& values_dtype) {
+             const array_in k(std::move(keys), keys_dtype, "keys", 3);
+             const array_in v(std::move(values), values_dtype, "values", 3);
+             py::gil_scoped_release unlocked;
+             c.visit(
+                 [&](auto& cache) { cache.compress_chunk(layer, k.any_layer(), v.any_layer()); });
+           })
+      .def("append", &razor_cache::append)
+      .def("attend", &razor_cache::attend)
+      .def("entries", &razor_cache::entries)
+      .def("kv_bytes", &razor_cache::kv_bytes)
+      .def("allocated_bytes", &razor_cache::allocated_bytes)
+      .def("max_new_tokens", &razor_cache::max_new_tokens)
+      .def("num_tokens",
+           [](const razor_cache& c, index_t layer) {
+             return c.visit([&](const auto& cache) { return cache.num_tokens(layer); });
+           })
+      .def("window",
+           [](const razor_cache& c, index_t layer, index_t kv_head) {
+             return c.visit([&](const auto& cache) { return cache.window(layer, kv_head); });
+           })
+      .def("is_retrieval",
+           [](const razor_cache& c, index_t layer, index_t kv_head) {
+             return c.visit([&](const auto& cache) { return cache.is_retrieval(layer, kv_head); });
+           })
+      .def("dense_kv_bytes",
+           [](const razor_cache& c) {
+             return c.visit([](const auto& cache) { return cache.dense_kv_bytes(); });
+           })
+      .def("compression_ratio",
+           [](const razor_cache& c) {
+             return c.visit([](const auto& cache) { return cache.compression_ratio(); });
+           })
+      .def("kv_bytes_after",
+           [](const razor_cache& c, index_t tokens) {
+             return c.visit([&](const auto& cache) { return cache.kv_bytes_after(tokens); });
+           })
+      .def("clear", [](razor_cache& c) { c.visit([](auto& cache) { cache.clear(); }); })
+      .def("release", [](razor_cache& c) { c.visit([](auto& cache) { cache.release(); }); })
+      .def("save_state",
+           [](const razor_cache& c) {
+             const std::vector<std::uint8_t> bytes =
+                 c.visit([](const auto& cache) { return razorkv::save_state(cache); });
+             return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+           })
+      .def_static("restore_state", [](const py::bytes& state, const std::string& dtype) {
+        const std::string_view bytes(state);
+        return with_type(parse_dtype(dtype), [&](auto* tag) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          return razor_cache(razorkv::restore_state<T>(
+              reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+        });
+      });
+
+  py::class_<baseline_cache>(m, "_Cache")
+      .def_property_readonly("dtype", &baseline_cache::dtype)
+      .def_property_readonly("shape", &baseline_cache::shape)
+      .def("append", &baseline_cache::append)
+      .def("attend", &baseline_cache::attend)
+      .def("entries", &baseline_cache::entries)
+      .def("kv_bytes", &baseline_cache::kv_bytes)
+      .def("allocated_bytes", &baseline_cache::allocated_bytes)
+      .def("max_new_tokens", &baseline_cache::max_new_tokens);
+
+  py::class_<razorkv::policy>(m, "Policy")
+      .def_readonly("name", &razorkv::policy::name)
+      .def_static("full", [] { return razorkv::policy(razorkv::full_policy()); })
+      .def_static(
+          "streaming_llm",
+          [](index_t sinks) { return razorkv::policy(razorkv::streaming_llm_policy(sinks)); },
+          py::arg("sinks") = 4)
+      .def_static(
+          "snapkv",
+          [](index_t window, index_t kernel, const std::string& pooling) {
+            razorkv::snapkv_config config;
+            config.window = window;
+            config.kernel = kernel;
+            RAZORKV_CHECK(pooling == "max" || pooling == "average", kInvalidArgument,
+                          "snapkv: pooling ('", pooling, "') must be 'max' or 'average'");
+            config.pooling = pooling == "max" ? razorkv::snapkv_pooling::kMax
+                                              : razorkv::snapkv_pooling::kAverage;
+            return razorkv::policy(razorkv::snapkv_policy(config));
+          },
+          py::arg("window") = 32, py::arg("kernel") = 5, py::arg("pooling") = "max")
+      .def_static(
+          "h2o",
+          [](index_t recent, index_t observed_queries) {
+            razorkv::h2o_config config;
+            config.recent = recent;
+            return razorkv::policy(razorkv::h2o_policy(config, observed_queries));
+          },
+          py::arg("recent") = 0, py::arg("observed_queries") = 0)
+      .def_static(
+          "razor",
+          [](const razorkv::head_plan& plan, const razorkv::razor_config& config,
+             const std::string& name) {
+            return razorkv::policy(razorkv::razor_policy(name, plan, config));
+          },
+          py::arg("plan"), py::arg("config") = razorkv::razor_config{}, py::arg("name") = "razor")
+      .def("_compress", [](const razorkv::policy& p, const py::tuple& shape,
+                           const std::vector<py::array>& keys, const std::vector<py::array>& values,
+                           const std::vector<py::array>& queries, const std::string& dtype,
+                           index_t budget_entries) {
+        return compress_prompt(p, shape_from(shape), keys, values, queries, dtype, budget_entries);
+      });
+}

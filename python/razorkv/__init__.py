@@ -1,0 +1,254 @@
+"""razorkv: RazorAttention KV-cache compression, from Python.
+
+Calibration (a probe, echo and induction scores of every head, the retrieval heads a plan keeps
+whole), plan files in every format razorkv reads, the memory calculator, the compressed cache
+and the baseline policies. Arrays are numpy arrays or PyTorch CPU tensors, read in place when
+their layout allows (last axis contiguous); bfloat16 tensors too. razorkv.torch calibrates a
+PyTorch model in-process. Errors are razorkv.Error (a ValueError) with razorkv's message.
+"""
+
+import numpy as _np
+
+from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
+    Error,
+    HeadPlan,
+    HeadScores,
+    Policy,
+    Probe,
+    RazorConfig,
+    __version__,
+    compressed_kv_bytes,
+    full_kv_bytes,
+    model_presets,
+    select,
+    select_for_budget,
+)
+from . import _razorkv
+
+__all__ = [
+    "Cache", "Error", "HeadPlan", "HeadScores", "Policy", "Probe", "RazorCache", "RazorConfig",
+    "compress", "compressed_kv_bytes", "full_kv_bytes", "load_plan", "load_scores",
+    "model_presets", "save_plan", "save_scores", "score_layer", "score_probabilities",
+    "score_queries_keys", "select", "select_for_budget",
+]
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _storage(x, name):
+    """(numpy array over x's memory, declared dtype): torch CPU tensors without a copy,
+    bfloat16 as its 16-bit pattern; anything else through numpy.asarray."""
+    if _is_torch(x):
+        import torch
+
+        if x.device.type != "cpu":
+            raise Error(f"{name}: a {x.device.type} tensor; razorkv reads CPU memory (use .cpu())")
+        x = x.detach()
+        if x.dtype == torch.bfloat16:
+            return x.view(torch.int16).numpy(), "bfloat16"
+        return x.numpy(), ""
+    return _np.asarray(x), ""
+
+
+def _float32(x, name):
+    """x as float32 numpy (a copy only when it is not float32 already)."""
+    if _is_torch(x):
+        x = x.detach().float() if x.dtype != __import__("torch").float32 else x.detach()
+        return x.numpy()
+    return _np.asarray(x, dtype=_np.float32)
+
+
+def _like(result, reference):
+    """The result as a torch tensor when the input was one."""
+    if _is_torch(reference):
+        import torch
+
+        return torch.from_numpy(result)
+    return result
+
+
+# ---- calibration ------------------------------------------------------------------------------
+
+
+def score_queries_keys(probe, queries, keys, *, scale=None, alibi_slopes=None, row_step=1):
+    """Echo and induction score of every query head of one layer from its post-RoPE queries
+    [L, query heads, head_dim] and keys [L, kv heads, head_dim] on the probe (L = len(probe)),
+    without the L x L attention matrix. Returns (echo, induction), float64 arrays."""
+    q, q_dtype = _storage(queries, "queries")
+    k, k_dtype = _storage(keys, "keys")
+    if q.dtype != k.dtype or q_dtype != k_dtype:  # one dtype for both: widen the narrower
+        q, q_dtype = _float32(queries, "queries"), ""
+        k, k_dtype = _float32(keys, "keys"), ""
+    return _razorkv._score_queries_keys(probe, q, q_dtype, k, k_dtype, scale,
+                                        list(alibi_slopes or []), row_step)
+
+
+def score_probabilities(probe, probabilities, *, row_sum_tolerance=1e-2, row_step=1):
+    """Echo and induction scores from attention probabilities [heads, L, L] (rows sum to 1)."""
+    p, p_dtype = _storage(probabilities, "probabilities")
+    return _razorkv._score_probabilities(probe, p, p_dtype, row_sum_tolerance, row_step)
+
+
+def score_layer(scores, layer, probe, queries, keys, **options):
+    """Scores one layer's heads (score_queries_keys) into the HeadScores table `scores`."""
+    echo, induction = score_queries_keys(probe, queries, keys, **options)
+    scores.set_layer(layer, echo.tolist(), induction.tolist())
+
+
+def _read_text(path):
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def save_scores(scores, path):
+    """Writes scores.json (what `razorkv score` writes and `razorkv select` reads)."""
+    _write_text(path, scores.to_json())
+
+
+def load_scores(path):
+    return HeadScores.from_json(_read_text(path))
+
+
+def load_plan(path, *, format="auto", shape=None, threshold=0.5, sparsity=None):
+    """A plan from razorkv JSON, mindspore_gs JSON or a DuoAttention TSV (format "auto"
+    recognises which). The last two do not carry the model's shape: give shape =
+    (num_layers, num_query_heads, num_kv_heads, head_dim). DuoAttention gates become retrieval
+    heads above `threshold`, or the top (1 - sparsity) share when sparsity is given."""
+    return HeadPlan.parse(_read_text(path), format=format, shape=shape, threshold=threshold,
+                          sparsity=sparsity)
+
+
+def save_plan(plan, path, format="razorkv"):
+    """Writes the plan as razorkv JSON, mindspore_gs JSON or DuoAttention TSV (gates 1/0)."""
+    _write_text(path, plan.format(format))
+
+
+# ---- caches --------------------------------------------------------------------------------------
+
+
+class _CacheMethods:
+    """What every cache offers: append a token's K/V, attend, and how much it holds."""
+
+    def append(self, layer, keys, values):
+        """Appends K/V [tokens, kv heads, head_dim] (the cache's dtype) to one layer."""
+        k, k_dtype = _storage(keys, "keys")
+        v, v_dtype = _storage(values, "values")
+        self._cache.append(layer, k, k_dtype, v, v_dtype)
+
+    def decode(self, layer, queries, *, scale=None):
+        """Attention of one query per query head [query heads, head_dim] over the layer;
+        returns [query heads, head_dim] float32 (a torch tensor for a torch query)."""
+        return _like(self._cache.attend(layer, _float32(queries, "queries"), scale), queries)
+
+    def prefill(self, layer, queries, *, scale=None):
+        """Causal attention of the newest len(queries) tokens' queries
+        [tokens, query heads, head_dim] over the layer (prefill_attention)."""
+        return _like(self._cache.attend(layer, _float32(queries, "queries"), scale), queries)
+
+    def entries(self, layer, kv_head):
+        return self._cache.entries(layer, kv_head)
+
+    def kv_bytes(self):
+        return self._cache.kv_bytes()
+
+    def allocated_bytes(self):
+        return self._cache.allocated_bytes()
+
+    def max_new_tokens(self, layer):
+        return self._cache.max_new_tokens(layer)
+
+    @property
+    def dtype(self):
+        return self._cache.dtype
+
+    @property
+    def shape(self):
+        """(num_layers, num_kv_heads, head_dim)."""
+        return self._cache.shape
+
+
+class RazorCache(_CacheMethods):
+    """The RazorAttention cache: retrieval kv heads (the plan's) keep every token; every other
+    head keeps the sinks, one compensation token and a recent window."""
+
+    def __init__(self, plan, dtype="float32", config=None, *, _cache=None):
+        self._cache = _cache or _razorkv._RazorCache(plan, dtype, config or RazorConfig())
+
+    def compress_layer(self, layer, keys, values):
+        """Compresses one layer's prefill K/V [tokens, kv heads, head_dim], read in place."""
+        k, k_dtype = _storage(keys, "keys")
+        v, v_dtype = _storage(values, "values")
+        self._cache.compress_layer(layer, k, k_dtype, v, v_dtype)
+
+    def compress_chunk(self, layer, keys, values):
+        """Adds one chunk of a prompt prefilled in chunks (the first chunk compresses)."""
+        k, k_dtype = _storage(keys, "keys")
+        v, v_dtype = _storage(values, "values")
+        self._cache.compress_chunk(layer, k, k_dtype, v, v_dtype)
+
+    def num_tokens(self, layer):
+        return self._cache.num_tokens(layer)
+
+    def window(self, layer, kv_head):
+        return self._cache.window(layer, kv_head)
+
+    def is_retrieval(self, layer, kv_head):
+        return self._cache.is_retrieval(layer, kv_head)
+
+    def dense_kv_bytes(self):
+        return self._cache.dense_kv_bytes()
+
+    def compression_ratio(self):
+        return self._cache.compression_ratio()
+
+    def kv_bytes_after(self, tokens):
+        return self._cache.kv_bytes_after(tokens)
+
+    def clear(self):
+        self._cache.clear()
+
+    def release(self):
+        self._cache.release()
+
+    def save_state(self):
+        """The cache as bytes (razorkv's state format), for RazorCache.restore_state."""
+        return self._cache.save_state()
+
+    @staticmethod
+    def restore_state(state, dtype="float32"):
+        return RazorCache(None, _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype))
+
+
+class Cache(_CacheMethods):
+    """A policy's cache (compress): full, StreamingLLM, SnapKV, H2O or razor."""
+
+    def __init__(self, cache):
+        self._cache = cache
+
+
+def compress(policy, keys, values, *, budget_entries, queries=None, num_query_heads=None):
+    """The cache `policy` makes of a prompt: per-layer keys and values [N, kv heads, head_dim]
+    and, for policies that read them (SnapKV, H2O), the last Nq queries [Nq, query heads,
+    head_dim] of every layer; all one dtype. budget_entries: entries per kv head on average."""
+    if len(keys) == 0:
+        raise Error("compress: keys holds no layer")
+    k = [_storage(x, "keys") for x in keys]
+    v = [_storage(x, "values") for x in values]
+    q = [_storage(x, "queries") for x in (queries or [])]
+    dtypes = {d for _, d in k + v + q}
+    kinds = {a.dtype.str for a, _ in k + v + q}
+    if len(dtypes) != 1 or len(kinds) != 1:
+        raise Error("compress: keys, values and queries must share one dtype")
+    layers, (_, kv_heads, head_dim) = len(k), k[0][0].shape
+    if num_query_heads is None:
+        num_query_heads = q[0][0].shape[1] if q else kv_heads
+    shape = (layers, num_query_heads, kv_heads, head_dim)
+    return Cache(policy._compress(shape, [a for a, _ in k], [a for a, _ in v], [a for a, _ in q],
+                                  dtypes.pop(), budget_entries))
