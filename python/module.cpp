@@ -145,6 +145,21 @@ razorkv::dtype parse_dtype(const std::string& name) {
   return razorkv::dtype::kBFloat16;
 }
 
+// The Python-side name of a storage dtype (numpy's, and "bfloat16").
+std::string numpy_name(razorkv::dtype type) {
+  switch (type) {
+    case razorkv::dtype::kFloat32:
+      return "float32";
+    case razorkv::dtype::kFloat64:
+      return "float64";
+    case razorkv::dtype::kFloat16:
+      return "float16";
+    case razorkv::dtype::kBFloat16:
+      break;
+  }
+  return "bfloat16";
+}
+
 razorkv::model_shape shape_from(const py::tuple& t) {
   RAZORKV_CHECK(t.size() == 4, kInvalidArgument, "shape must be (num_layers, num_query_heads, ",
                 "num_kv_heads, head_dim), has ", t.size(), " entries");
@@ -276,7 +291,7 @@ class py_cache {
   std::string dtype() const {
     return visit([](const auto& c) {
       using T = typename std::decay_t<decltype(c)>::value_type;
-      return std::string(razorkv::dtype_name(razorkv::dtype_of<T>()));
+      return numpy_name(razorkv::dtype_of<T>());
     });
   }
 

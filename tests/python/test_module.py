@@ -1,0 +1,290 @@
+"""The razorkv Python module against numpy: scoring, plans and their files, the calculator,
+the RazorAttention cache and the baseline policies, zero-copy inputs and errors."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+import razorkv
+
+try:
+    import torch
+except ImportError:  # the torch cases are skipped; everything else runs on numpy
+    torch = None
+
+rng = np.random.default_rng(7)
+
+
+def softmax_attention(q, keys, values, log_weights=None):
+    """Reference attention of one query [d] over keys/values [n, d] (scale 1/sqrt(d))."""
+    logits = keys.astype(np.float64) @ q.astype(np.float64) / np.sqrt(q.shape[0])
+    if log_weights is not None:
+        logits = logits + log_weights
+    p = np.exp(logits - logits.max())
+    return (p / p.sum()) @ values.astype(np.float64)
+
+
+def razor_reference(q, keys, values, sinks, window):
+    """One non-retrieval head of the RazorAttention cache: sinks, the compensation token (mean
+    key and value of the dropped middle, logit + ln D), the last `window` tokens."""
+    n = keys.shape[0]
+    middle = slice(sinks, n - window)
+    kept_k = np.concatenate([keys[:sinks], keys[middle].mean(0, keepdims=True), keys[n - window:]])
+    kept_v = np.concatenate([values[:sinks], values[middle].mean(0, keepdims=True),
+                             values[n - window:]])
+    weights = np.zeros(kept_k.shape[0])
+    weights[sinks] = np.log(n - window - sinks)
+    return softmax_attention(q, kept_k, kept_v, weights)
+
+
+def causal_probabilities(q, k):
+    """[heads, L, L] softmax(q.k / sqrt(d)) with the causal mask; query head h reads kv head
+    h // group."""
+    length, heads, dim = q.shape
+    group = heads // k.shape[1]
+    out = np.empty((heads, length, length))
+    for h in range(heads):
+        logits = q[:, h, :].astype(np.float64) @ k[:, h // group, :].astype(np.float64).T
+        logits /= np.sqrt(dim)
+        logits[np.triu_indices(length, 1)] = -np.inf
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        out[h] = p / p.sum(1, keepdims=True)
+    return out
+
+
+class Scoring(unittest.TestCase):
+    def test_queries_keys_scores_equal_the_scores_of_their_probabilities(self):
+        probe = razorkv.Probe(period=40, repeats=3, vocab_max=1000, seed=3)
+        n = len(probe)
+        q = rng.standard_normal((n, 4, 8)).astype(np.float32)
+        k = rng.standard_normal((n, 2, 8)).astype(np.float32)
+        # Plant an induction head: query i looks like the key after i's earlier copy.
+        q[40:, 1, :] = 3 * k[1:n - 39, 0, :]
+        echo, induction = razorkv.score_queries_keys(probe, q, k)
+        echo_p, induction_p = razorkv.score_probabilities(probe, causal_probabilities(q, k))
+        np.testing.assert_allclose(echo, echo_p, rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(induction, induction_p, rtol=1e-5, atol=1e-9)
+        self.assertEqual(int(np.argmax(induction)), 1)
+
+    def test_strided_and_float16_inputs_are_read_as_given(self):
+        probe = razorkv.Probe(period=16, repeats=4, vocab_max=500)
+        n = len(probe)
+        hnd_q = rng.standard_normal((2, n, 8)).astype(np.float16)  # head-major, as torch holds it
+        hnd_k = rng.standard_normal((1, n, 8)).astype(np.float16)
+        strided = razorkv.score_queries_keys(probe, hnd_q.transpose(1, 0, 2),
+                                             hnd_k.transpose(1, 0, 2))
+        dense = razorkv.score_queries_keys(
+            probe, np.ascontiguousarray(hnd_q.transpose(1, 0, 2)).astype(np.float32),
+            np.ascontiguousarray(hnd_k.transpose(1, 0, 2)).astype(np.float32))
+        np.testing.assert_allclose(strided[0], dense[0], rtol=1e-5)
+        np.testing.assert_allclose(strided[1], dense[1], rtol=1e-5)
+
+    def test_scores_json_round_trips(self):
+        scores = razorkv.HeadScores(2, 4, 2)
+        for layer in range(2):
+            scores.set_layer(layer, list(rng.random(4)), list(rng.random(4)))
+        again = razorkv.HeadScores.from_json(scores.to_json())
+        np.testing.assert_array_equal(again.echo, scores.echo)
+        np.testing.assert_array_equal(again.induction, scores.induction)
+
+    def test_bad_input_is_a_razorkv_error_naming_the_value(self):
+        probe = razorkv.Probe(period=8, repeats=2, vocab_max=100)
+        with self.assertRaisesRegex(razorkv.Error, r"row_step \(0\) must be > 0"):
+            razorkv.score_queries_keys(probe, np.zeros((16, 2, 4), np.float32),
+                                       np.zeros((16, 2, 4), np.float32), row_step=0)
+        with self.assertRaisesRegex(razorkv.Error, "int32 is not a storage dtype"):
+            razorkv.score_queries_keys(probe, np.zeros((16, 2, 4), np.int32),
+                                       np.zeros((16, 2, 4), np.int32))
+        with self.assertRaisesRegex(razorkv.Error, "queries must have 3 dimensions, has 2"):
+            razorkv.score_queries_keys(probe, np.zeros((16, 8), np.float32),
+                                       np.zeros((16, 2, 4), np.float32))
+        with self.assertRaisesRegex(ValueError, "repeats"):  # razorkv.Error is a ValueError
+            razorkv.Probe(period=8, repeats=1, vocab_max=100)
+
+
+def scores_with_favourites(layers=3, query_heads=4, kv_heads=2):
+    scores = razorkv.HeadScores(layers, query_heads, kv_heads)
+    for layer in range(layers):
+        induction = [0.01] * query_heads
+        if layer == 1:
+            induction[3] = 0.9  # kv group 1 of layer 1
+        scores.set_layer(layer, [0.001] * query_heads, induction)
+    return scores
+
+
+class Plans(unittest.TestCase):
+    def test_selection_keeps_the_strongest_group(self):
+        plan = razorkv.select(scores_with_favourites(), head_dim=64, induction_ratio=0.2,
+                              echo_ratio=0.0)
+        self.assertEqual(plan.shape, (3, 4, 2, 64))
+        self.assertEqual(plan.num_retrieval, 1)
+        self.assertTrue(plan.is_retrieval(1, 1))
+
+    def test_every_format_round_trips_through_files(self):
+        plan = razorkv.select(scores_with_favourites(), head_dim=64, induction_ratio=0.4)
+        with tempfile.TemporaryDirectory() as tmp:
+            for fmt in ("razorkv", "mindspore", "duoattention"):
+                path = os.path.join(tmp, "plan." + fmt)
+                razorkv.save_plan(plan, path, format=fmt)
+                shape = None if fmt == "razorkv" else plan.shape
+                again = razorkv.load_plan(path, shape=shape)  # the format is recognised
+                np.testing.assert_array_equal(again.retrieval_mask, plan.retrieval_mask, fmt)
+
+    def test_duoattention_gates_by_threshold_or_sparsity(self):
+        tsv = "0.9\t0.1\n0.4\t0.6\n"
+        by_threshold = razorkv.HeadPlan.parse(tsv, shape=(2, 2, 2, 16))
+        np.testing.assert_array_equal(by_threshold.retrieval_mask, [[1, 0], [0, 1]])
+        by_sparsity = razorkv.HeadPlan.parse(tsv, shape=(2, 2, 2, 16), sparsity=0.75)
+        np.testing.assert_array_equal(by_sparsity.retrieval_mask, [[1, 0], [0, 0]])
+
+    def test_a_file_without_its_shape_needs_one(self):
+        with self.assertRaisesRegex(razorkv.Error, "mindspore plan does not carry the model's shape"):
+            razorkv.HeadPlan.parse('{"0": [1]}')
+        with self.assertRaisesRegex(razorkv.Error, 'plan format \\("xml"\\)'):
+            razorkv.HeadPlan.parse('{"0": [1]}', format="xml")
+
+    def test_the_calculator_counts_bytes(self):
+        shape = razorkv.model_presets()["llama-3-8b"]
+        self.assertEqual(razorkv.full_kv_bytes(shape, 1000, 2), 2 * 32 * 8 * 128 * 1000 * 2)
+        plan = razorkv.HeadPlan(shape)
+        n = 100_000
+        # No retrieval head: every head holds 4 sinks, 1 compensation token, N/5 recent tokens.
+        expected = 2 * 32 * 8 * 128 * 2 * (4 + 1 + n // 5)
+        self.assertEqual(razorkv.compressed_kv_bytes(plan, n), expected)
+
+
+class RazorCache(unittest.TestCase):
+    def setUp(self):
+        self.plan = razorkv.HeadPlan((2, 4, 2, 16))
+        self.plan.set_retrieval(0, 1)
+        self.config = razorkv.RazorConfig(sinks=2, s0=8, c=4.0)
+        self.n = 64
+        self.keys = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
+        self.values = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
+
+    def test_decode_is_full_attention_on_retrieval_heads_and_the_razor_rule_elsewhere(self):
+        cache = razorkv.RazorCache(self.plan, "float32", self.config)
+        for layer in range(2):
+            cache.compress_layer(layer, self.keys[layer], self.values[layer])
+        window = max(8, self.n // 4)
+        self.assertEqual(cache.window(0, 0), window)
+        self.assertEqual(cache.entries(0, 1), self.n)
+        self.assertEqual(cache.entries(0, 0), 2 + 1 + window)
+        q = rng.standard_normal((4, 16)).astype(np.float32)
+        out = cache.decode(0, q)
+        for h in range(4):
+            kv = h // 2
+            k, v = self.keys[0][:, kv, :], self.values[0][:, kv, :]
+            expected = softmax_attention(q[h], k, v) if kv == 1 else razor_reference(
+                q[h], k, v, 2, window)
+            np.testing.assert_allclose(out[h], expected, rtol=2e-5, atol=2e-6)
+
+    def test_append_then_decode_reads_the_new_token(self):
+        cache = razorkv.RazorCache(self.plan, "float32", self.config)
+        for layer in range(2):
+            cache.compress_layer(layer, self.keys[layer], self.values[layer])
+        k = np.zeros((1, 2, 16), np.float32)
+        k[0, :, 0] = 12.0
+        v = rng.standard_normal((1, 2, 16)).astype(np.float32)
+        cache.append(1, k, v)
+        self.assertEqual(cache.num_tokens(1), self.n + 1)
+        q = np.zeros((4, 16), np.float32)
+        q[:, 0] = 12.0  # logit 36 on the new key, about 12 at most on any other
+
+        out = cache.decode(1, q)
+        np.testing.assert_allclose(out, v[0, np.arange(4) // 2, :], atol=1e-3)
+
+    def test_chunked_prefill_holds_what_one_shot_compression_holds(self):
+        whole = razorkv.RazorCache(self.plan, "float32", self.config)
+        chunked = razorkv.RazorCache(self.plan, "float32", self.config)
+        for layer in range(2):
+            whole.compress_layer(layer, self.keys[layer], self.values[layer])
+            for start in range(0, self.n, 16):
+                chunked.compress_chunk(layer, self.keys[layer][start:start + 16],
+                                       self.values[layer][start:start + 16])
+        self.assertEqual(chunked.kv_bytes(), whole.kv_bytes())
+        q = rng.standard_normal((4, 16)).astype(np.float32)
+        np.testing.assert_allclose(chunked.decode(1, q), whole.decode(1, q), rtol=1e-5, atol=1e-6)
+        queries = rng.standard_normal((3, 4, 16)).astype(np.float32)
+        self.assertEqual(chunked.prefill(0, queries).shape, (3, 4, 16))
+
+    def test_bytes_and_state_round_trip(self):
+        cache = razorkv.RazorCache(self.plan, "float16", self.config)
+        for layer in range(2):
+            cache.compress_layer(layer, self.keys[layer].astype(np.float16),
+                                 self.values[layer].astype(np.float16))
+        self.assertEqual(cache.dtype, "float16")
+        self.assertLess(cache.kv_bytes(), cache.dense_kv_bytes())
+        self.assertAlmostEqual(cache.compression_ratio(), cache.kv_bytes() / cache.dense_kv_bytes())
+        again = razorkv.RazorCache.restore_state(cache.save_state(), "float16")
+        q = rng.standard_normal((4, 16)).astype(np.float32)
+        np.testing.assert_array_equal(again.decode(0, q), cache.decode(0, q))
+
+    def test_errors_leave_the_cache_as_it_was(self):
+        cache = razorkv.RazorCache(self.plan, "float32", self.config)
+        cache.compress_layer(0, self.keys[0], self.values[0])
+        before = cache.kv_bytes()
+        with self.assertRaisesRegex(razorkv.Error, "keys has dtype half, expected float"):
+            cache.compress_layer(1, self.keys[1].astype(np.float16), self.values[1])
+        with self.assertRaisesRegex(razorkv.Error, "layer"):
+            cache.compress_layer(5, self.keys[1], self.values[1])
+        with self.assertRaisesRegex(razorkv.Error, "compensation \\('mean'\\)"):
+            razorkv.RazorConfig(compensation="mean")
+        with self.assertRaisesRegex(razorkv.Error, "dtype \\('int8'\\)"):
+            razorkv.RazorCache(self.plan, "int8")
+        self.assertEqual(cache.kv_bytes(), before)
+
+
+class Policies(unittest.TestCase):
+    def test_every_baseline_compresses_and_decodes(self):
+        layers, n = 2, 80
+        keys = [rng.standard_normal((n, 2, 8)).astype(np.float32) for _ in range(layers)]
+        values = [rng.standard_normal((n, 2, 8)).astype(np.float32) for _ in range(layers)]
+        queries = [rng.standard_normal((n, 4, 8)).astype(np.float32) for _ in range(layers)]
+        plan = razorkv.HeadPlan((layers, 4, 2, 8))
+        q = rng.standard_normal((4, 8)).astype(np.float32)
+        full = razorkv.compress(razorkv.Policy.full(), keys, values, budget_entries=n,
+                                queries=queries)
+        expected = [softmax_attention(q[h], keys[0][:, h // 2], values[0][:, h // 2])
+                    for h in range(4)]
+        np.testing.assert_allclose(full.decode(0, q), expected, rtol=2e-5, atol=2e-6)
+        for policy in (razorkv.Policy.streaming_llm(), razorkv.Policy.snapkv(window=8),
+                       razorkv.Policy.h2o(), razorkv.Policy.razor(plan)):
+            cache = razorkv.compress(policy, keys, values, budget_entries=24, queries=queries)
+            self.assertLessEqual(cache.entries(0, 0), 25, policy.name)
+            out = cache.decode(0, q)
+            self.assertTrue(np.all(np.isfinite(out)), policy.name)
+            cache.append(0, keys[0][:1], values[0][:1])
+
+    def test_a_policy_that_needs_queries_says_so(self):
+        keys = [np.zeros((40, 2, 8), np.float32)]
+        with self.assertRaisesRegex(razorkv.Error, "needs that many prompt queries"):
+            razorkv.compress(razorkv.Policy.snapkv(window=8), keys, keys, budget_entries=16,
+                             num_query_heads=4)
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TorchTensors(unittest.TestCase):
+    def test_tensors_are_read_in_place_and_results_come_back_as_tensors(self):
+        plan = razorkv.HeadPlan((1, 2, 2, 16))
+        keys = torch.randn(2, 50, 16)  # head-major: read through strides, no copy
+        values = torch.randn(2, 50, 16)
+        for dtype in ("float32", "bfloat16", "float16"):
+            t = getattr(torch, dtype)
+            cache = razorkv.RazorCache(plan, dtype, razorkv.RazorConfig(s0=8, c=4.0))
+            cache.compress_layer(0, keys.to(t).transpose(0, 1), values.to(t).transpose(0, 1))
+            q = torch.randn(2, 16)
+            out = cache.decode(0, q)
+            self.assertIsInstance(out, torch.Tensor)
+            self.assertEqual(tuple(out.shape), (2, 16))
+
+    def test_a_gpu_tensor_or_a_mismatched_dtype_is_an_error(self):
+        plan = razorkv.HeadPlan((1, 2, 2, 16))
+        cache = razorkv.RazorCache(plan, "bfloat16")
+        with self.assertRaisesRegex(razorkv.Error, "keys has dtype float, expected bfloat16"):
+            cache.compress_layer(0, torch.zeros(8, 2, 16), torch.zeros(8, 2, 16))
+
+
+if __name__ == "__main__":
+    unittest.main()
