@@ -468,7 +468,7 @@ PYBIND11_MODULE(_razorkv, m) {
                              [](const razorkv::head_scores& s) { return score_table(s, false); })
       .def_property_readonly("induction",
                              [](const razorkv::head_scores& s) { return score_table(s, true); })
-      .def("to_json", &razorkv::io::head_scores_to_json)
+      .def("to_json", &razorkv::io::head_scores_to_json, py::arg("head_dim") = 0)
       .def_static("from_json", &razorkv::io::head_scores_from_json, py::arg("text"));
 
   py::class_<razorkv::head_plan>(m, "HeadPlan")

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# The whole razorkv test suite on a fresh Debian machine: installs what it needs, then
+# The razorkv test suite on a fresh Debian machine: installs what it needs, then runs one tier.
+#   bash scripts/test.sh          the full tier, what CI runs: all of the steps below
+#   bash scripts/test.sh quick    steps 0 and 1 without valgrind, benchmarks and examples
 #  0. formatting: every C++ file as .clang-format says (scripts/check_format.sh);
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
-#     projects (add_subdirectory and find_package), benchmark and demo smoke runs;
-#     then valgrind memcheck on most of those unit tests;
+#     projects (add_subdirectory, find_package, pkg-config), the Python module's tests and the
+#     CLI's, benchmark and demo smoke runs; then valgrind memcheck on most of those unit tests;
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
 #     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
 #  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 10) each.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-razorkv_require_packages cmake make g++ clang clang-format libclang-rt-14-dev libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev \
-  libbenchmark-dev valgrind
+tier="${1:-full}"
+[ "$tier" = full ] || [ "$tier" = quick ] || razorkv_fail "unknown tier '$tier' (full or quick)"
+
+# The Python module is built for Debian's interpreter, the one python3-numpy and python3-torch
+# are installed for (a pyenv or virtualenv python3 earlier on PATH would not see them).
+python_packages=(pybind11-dev python3-dev python3-numpy python3-torch)
+python_options=(-DRAZORKV_BUILD_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3)
+if [ "$tier" = quick ]; then
+  razorkv_require_packages cmake make g++ clang-format libeigen3-dev libgtest-dev nlohmann-json3-dev \
+    libcli11-dev pkg-config "${python_packages[@]}"
+else
+  razorkv_require_packages cmake make g++ clang clang-format libclang-rt-14-dev libeigen3-dev libgtest-dev \
+    nlohmann-json3-dev libcli11-dev libbenchmark-dev valgrind pkg-config "${python_packages[@]}"
+fi
 
 build="$razorkv_root/build"
 mkdir -p "$build"
@@ -19,10 +33,20 @@ mkdir -p "$build"
 echo "== razorkv: formatting (.clang-format, clang-format 14)"
 bash "$razorkv_root/scripts/check_format.sh" || razorkv_fail "C++ files are not formatted (scripts/check_format.sh --fix)"
 
+if [ "$tier" = quick ]; then
+  echo "== razorkv (quick tier): GCC, C++17, warnings as errors, sanity-sized sweeps"
+  razorkv_build "$build/quick" all -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=g++ \
+    -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF -DRAZORKV_BUILD_TOOLS=ON \
+    -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_TEST_LEVEL=0 "${python_options[@]}"
+  (cd "$build/quick" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (quick tier)"
+  echo "razorkv: quick tier passed (the full tier: bash scripts/test.sh)"
+  exit 0
+fi
+
 echo "== razorkv: GCC, C++17, warnings as errors"
 razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
   -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=ON -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=ON \
-  -DRAZORKV_WARNINGS_AS_ERRORS=ON
+  -DRAZORKV_WARNINGS_AS_ERRORS=ON "${python_options[@]}"
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"

@@ -107,9 +107,10 @@ def _write_text(path, text):
         f.write(text)
 
 
-def save_scores(scores, path):
-    """Writes scores.json (what `razorkv score` writes and `razorkv select` reads)."""
-    _write_text(path, scores.to_json())
+def save_scores(scores, path, *, head_dim=0):
+    """Writes scores.json (what `razorkv score` writes and `razorkv select` reads); a head_dim
+    > 0 is recorded for `razorkv select`."""
+    _write_text(path, scores.to_json(head_dim))
 
 
 def load_scores(path):

@@ -5,6 +5,7 @@
 #include <razorkv/io/npy.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -66,6 +67,21 @@ TEST(RazorkvNpy, ReadsHalfBfloatAndInt32) {
             1);
 }
 
+// np.save writes float64 unless told otherwise: read at full precision, narrowed on request.
+TEST(RazorkvNpy, Float64IsReadAsWritten) {
+  const std::vector<double> values = {0.1, -1e300, 3.0};
+  std::string data(values.size() * sizeof(double), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  const auto a = razorkv::io::parse_npy(
+      npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", data));
+  EXPECT_EQ(a.dtype, razorkv::io::npy_dtype::kFloat64);
+  EXPECT_EQ(a.to<double>(), values);
+  EXPECT_EQ(a.to<float>()[0], 0.1f);
+  EXPECT_EQ(a.to<std::int64_t>()[2], 3);
+  RAZORKV_EXPECT_ERROR(a.to<std::int64_t>(), kInvalidArgument,
+                       "element 1 (-1e+300) is not representable as a 64-bit integer");
+}
+
 TEST(RazorkvNpy, FloatsReadAsIntegersMustFit) {
   const std::vector<float> values = {1.0f, -3.0f, std::numeric_limits<float>::infinity(), 5e9f};
   const auto a = razorkv::io::parse_npy(razorkv::io::format_npy(values, {4}));
@@ -90,8 +106,8 @@ TEST(RazorkvNpy, MalformedFilesAreNamedErrors) {
       parse_npy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", four)),
       kParseError, "unsupported dtype '>f4'");
   RAZORKV_EXPECT_ERROR(
-      parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", four)),
-      kParseError, "unsupported dtype '<f8'");
+      parse_npy(npy("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", four)),
+      kParseError, "unsupported dtype '<c8'");
   RAZORKV_EXPECT_ERROR(
       parse_npy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", four)),
       kParseError, "fortran_order");

@@ -70,12 +70,22 @@ class TrainedModelCalibration(unittest.TestCase):
             args = [os.environ["RAZORKV_CLI"], "score", "--period", str(self.probe.period),
                     "--repeats", "4", "--out", os.path.join(tmp, "scores.json")]
             for layer, (q, k) in enumerate(captured):
-                np.save(os.path.join(tmp, f"q{layer}.npy"), q.numpy())
-                np.save(os.path.join(tmp, f"k{layer}.npy"), k.numpy())
+                # Layer 0 as np.save's default float64 (exact for float32 values), the rest as
+                # float32.
+                wide = np.float64 if layer == 0 else np.float32
+                np.save(os.path.join(tmp, f"q{layer}.npy"), q.numpy().astype(wide))
+                np.save(os.path.join(tmp, f"k{layer}.npy"), k.numpy().astype(wide))
                 args += ["--q", os.path.join(tmp, f"q{layer}.npy"),
                          "--k", os.path.join(tmp, f"k{layer}.npy")]
             subprocess.run(args, check=True, capture_output=True)
             cli = razorkv.load_scores(os.path.join(tmp, "scores.json"))
+            # The CLI records head_dim, so that select needs no --head-dim.
+            subprocess.run([os.environ["RAZORKV_CLI"], "select", "--scores",
+                            os.path.join(tmp, "scores.json"), "--out",
+                            os.path.join(tmp, "plan.json")], check=True, capture_output=True)
+            cli_plan = razorkv.load_plan(os.path.join(tmp, "plan.json"))
+            np.testing.assert_array_equal(cli_plan.retrieval_mask, self.plan.retrieval_mask)
+            self.assertEqual(cli_plan.shape, self.plan.shape)
         # The same float32 tensors through the same scorer: equal, not close.
         np.testing.assert_array_equal(scores.echo, cli.echo)
         np.testing.assert_array_equal(scores.induction, cli.induction)

@@ -45,7 +45,9 @@ inline index_t compressed_entries(index_t tokens, const razor_budget& b,
 /// Bytes of K and V for `entries` entries of one head: 2 * entries * head_dim * dtype_bytes.
 /// (The per-head count of a compensation token is metadata and not counted.)
 inline index_t head_kv_bytes(index_t entries, index_t head_dim, index_t dtype_bytes) {
-  return detail::checked_mul(detail::checked_mul(2 * entries, head_dim, "kv bytes"), dtype_bytes,
+  // Each product checked, so that an overflow names the values the caller gave.
+  const index_t k_and_v = detail::checked_mul(entries, 2, "kv bytes");
+  return detail::checked_mul(detail::checked_mul(k_and_v, head_dim, "kv bytes"), dtype_bytes,
                              "kv bytes");
 }
 
@@ -53,7 +55,7 @@ inline index_t head_kv_bytes(index_t entries, index_t head_dim, index_t dtype_by
 inline index_t full_kv_bytes(const model_shape& m, index_t tokens, index_t dtype_bytes) {
   RAZORKV_CHECK(tokens >= 0 && dtype_bytes > 0, kInvalidArgument, "full_kv_bytes: tokens (", tokens,
                 ") and dtype_bytes (", dtype_bytes, ") must be >= 0 and > 0");
-  return detail::checked_mul(m.num_layers * m.num_kv_heads,
+  return detail::checked_mul(detail::checked_mul(m.num_layers, m.num_kv_heads, "kv heads"),
                              head_kv_bytes(tokens, m.head_dim, dtype_bytes), "kv bytes");
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -219,15 +220,20 @@ inline head_plan head_plan_from_json(const std::string& text) {
 
 /// {"format": "razorkv.head_scores", "version": 1, num_layers, num_query_heads, num_kv_heads,
 ///  "echo": [[per query head] per layer], "induction": [[...] per layer]}. Every layer must be set.
-inline std::string head_scores_to_json(const head_scores& scores) {
+/// head_dim > 0 is recorded (as "head_dim") so that selection need not be told it again; the
+/// scores do not depend on it. 0 leaves it out (scores from attention probabilities).
+inline std::string head_scores_to_json(const head_scores& scores, index_t head_dim = 0) {
   RAZORKV_CHECK(scores.complete(), kInvalidArgument,
                 "head_scores_to_json: head_scores is incomplete");
+  RAZORKV_CHECK(head_dim >= 0, kInvalidArgument, "head_scores_to_json: head_dim (", head_dim,
+                ") must be >= 0");
   nlohmann::json j;
   j["format"] = "razorkv.head_scores";
   j["version"] = 1;
   j["num_layers"] = scores.num_layers();
   j["num_query_heads"] = scores.num_query_heads();
   j["num_kv_heads"] = scores.num_kv_heads();
+  if (head_dim > 0) j["head_dim"] = head_dim;
   for (const char* key : {"echo", "induction"}) {
     nlohmann::json rows = nlohmann::json::array();
     for (index_t l = 0; l < scores.num_layers(); ++l) {
@@ -271,6 +277,15 @@ inline head_scores head_scores_from_json(const std::string& text) {
   for (index_t l = 0; l < shape.num_layers; ++l)
     scores.set_layer(l, layers[static_cast<std::size_t>(l)]);
   return scores;
+}
+
+/// The head_dim a scores file records, if it records one.
+inline std::optional<index_t> head_scores_head_dim(const std::string& text) {
+  constexpr const char* kWhere = "head_scores_head_dim";
+  const nlohmann::json j = detail::parse(text, kWhere);
+  detail::check_format(j, "razorkv.head_scores", kWhere);
+  const model_shape shape = detail::read_shape(j, kWhere);
+  return shape.head_dim > 0 ? std::optional<index_t>(shape.head_dim) : std::nullopt;
 }
 
 /// The mindspore_gs retrieval-head file: {"<layer>": [kv heads], ...}, empty layers omitted.

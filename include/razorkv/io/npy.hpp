@@ -2,6 +2,7 @@
 // endian; float32, float16, bfloat16 stored as uint16, int32, int64) for tensor dumps.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -24,10 +25,12 @@ namespace io {
 
 /// Element types razorkv reads from .npy. bfloat16 has no NumPy dtype: dumps store its bits
 /// as uint16 ('<u2'), and the caller says which it means with read_npy's `u2_is_bfloat16`.
-enum class npy_dtype { kFloat32, kFloat16, kBFloat16, kInt32, kInt64 };
+enum class npy_dtype { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
 
 inline index_t npy_item_size(npy_dtype d) noexcept {
-  return d == npy_dtype::kInt64 ? 8 : (d == npy_dtype::kFloat32 || d == npy_dtype::kInt32) ? 4 : 2;
+  return (d == npy_dtype::kInt64 || d == npy_dtype::kFloat64)   ? 8
+         : (d == npy_dtype::kFloat32 || d == npy_dtype::kInt32) ? 4
+                                                                : 2;
 }
 
 /// A parsed array: its dtype, shape and raw little-endian element bytes.
@@ -63,10 +66,10 @@ struct npy_array {
   // A floating value as T; for an integer T it must be finite and in T's range (a cast of
   // anything else is undefined behaviour), else the error names the element.
   template <class T>
-  T from_floating(float x, index_t i) const {
+  T from_floating(double x, index_t i) const {
     if constexpr (std::is_integral_v<T>) {
-      // 2^63 and 2^31 are exact in float; the range is [-2^(bits-1), 2^(bits-1)).
-      const float limit = std::ldexp(1.0f, std::numeric_limits<T>::digits);
+      // 2^63 and 2^31 are exact in double; the range is [-2^(bits-1), 2^(bits-1)).
+      const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
       RAZORKV_CHECK(std::isfinite(x) && x >= -limit && x < limit, kInvalidArgument,
                     "npy_array::to: element ", i, " (", x, ") is not representable as a ",
                     sizeof(T) * 8, "-bit integer");
@@ -78,6 +81,8 @@ struct npy_array {
     switch (dtype) {
       case npy_dtype::kFloat32:
         return from_floating<T>(load<float>(i), i);
+      case npy_dtype::kFloat64:  // what np.save writes by default
+        return from_floating<T>(load<double>(i), i);
       case npy_dtype::kFloat16:
         return from_floating<T>(static_cast<float>(load<Eigen::half>(i)), i);
       case npy_dtype::kBFloat16:
@@ -170,9 +175,11 @@ class npy_header_parser {
 
 }  // namespace detail
 
-/// Parses a whole .npy file held in memory; every header field is checked, and the data must
-/// have exactly the size the shape and dtype say.
-inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) {
+namespace detail {
+
+// parse_npy, or with header_only the header alone (file may end where the header does): the
+// array's dtype and shape, no bytes.
+inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16, bool header_only) {
   static const char kMagic[] = "\x93NUMPY";
   RAZORKV_CHECK(file.size() >= 10 && file.compare(0, 6, kMagic, 6) == 0, kParseError,
                 "read_npy: not a .npy file (bad magic)");
@@ -231,6 +238,8 @@ inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) 
   npy_array array;
   if (descr == "<f4")
     array.dtype = npy_dtype::kFloat32;
+  else if (descr == "<f8")
+    array.dtype = npy_dtype::kFloat64;
   else if (descr == "<f2")
     array.dtype = npy_dtype::kFloat16;
   else if (descr == "<u2" && u2_is_bfloat16)
@@ -241,19 +250,29 @@ inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) 
     array.dtype = npy_dtype::kInt64;
   else
     RAZORKV_CHECK(false, kParseError, "read_npy: unsupported dtype '", descr,
-                  "' (float32 '<f4', float16 '<f2', bfloat16 as '<u2', int32 '<i4', int64 '<i8'; "
+                  "' (float32 '<f4', float64 '<f8', float16 '<f2', bfloat16 as '<u2', int32 '<i4', "
+                  "int64 '<i8'; "
                   "little endian)");
   array.shape = shape;
   index_t count = 1;
   for (index_t d : shape) count = ::razorkv::detail::checked_mul(count, d, "read_npy: shape");
   const index_t bytes =
       ::razorkv::detail::checked_mul(count, npy_item_size(array.dtype), "read_npy: data size");
+  if (header_only) return array;
   const std::size_t data_start = header_start + header_length;
   RAZORKV_CHECK(static_cast<std::size_t>(bytes) == file.size() - data_start, kParseError,
                 "read_npy: shape ", header, " needs ", bytes, " data bytes, the file has ",
                 file.size() - data_start);
   array.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_start), file.end());
   return array;
+}
+
+}  // namespace detail
+
+/// Parses a whole .npy file held in memory; every header field is checked, and the data must
+/// have exactly the size the shape and dtype say.
+inline npy_array parse_npy(const std::string& file, bool u2_is_bfloat16 = true) {
+  return detail::parse_npy(file, u2_is_bfloat16, /*header_only=*/false);
 }
 
 /// Reads and parses a .npy file; errors name the path.
@@ -263,6 +282,29 @@ inline npy_array read_npy(const std::string& path, bool u2_is_bfloat16 = true) {
   std::ostringstream bytes;
   bytes << in.rdbuf();
   return parse_npy(bytes.str(), u2_is_bfloat16);
+}
+
+/// The dtype and shape of a .npy file (bytes left empty), reading only its header: what a tool
+/// checks of many large files before it reads any of them. Errors name the path.
+inline npy_array read_npy_header(const std::string& path, bool u2_is_bfloat16 = true) {
+  std::ifstream in(path, std::ios::binary);
+  RAZORKV_CHECK(in.good(), kInvalidArgument, "read_npy: cannot open \"", path, "\"");
+  std::string prefix(12, '\0');
+  in.read(prefix.data(), 12);
+  prefix.resize(static_cast<std::size_t>(in.gcount()));
+  if (prefix.size() >= 10) {  // else parse_npy names what is wrong
+    const bool v1 = static_cast<unsigned char>(prefix[6]) == 1;
+    std::size_t length = 0;
+    for (std::size_t b = 0; b < (v1 ? 2u : 4u) && 8 + b < prefix.size(); ++b)
+      length |= static_cast<std::size_t>(static_cast<unsigned char>(prefix[8 + b])) << (8 * b);
+    const std::size_t start = v1 ? 10 : 12;
+    std::string rest(std::min<std::size_t>(length, std::size_t{1} << 20), '\0');
+    in.seekg(static_cast<std::streamoff>(start));
+    in.read(rest.data(), static_cast<std::streamsize>(rest.size()));
+    rest.resize(static_cast<std::size_t>(in.gcount()));
+    prefix = prefix.substr(0, start) + rest;
+  }
+  return detail::parse_npy(prefix, u2_is_bfloat16, /*header_only=*/true);
 }
 
 /// A version 1.0 .npy file of `values` (float -> '<f4', int64 -> '<i8', int32 -> '<i4') with
