@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -81,17 +82,28 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
          "fill=\"white\"/>\n";
 
-  // Fidelity vs budget: x = budget (fraction of the full cache), y = relative L2 error.
+  // Fidelity vs budget: x = budget (fraction of the full cache), y = relative L2 error on a log
+  // axis (razor's error is 100x below the baselines'; on a linear axis it sits on the floor).
+  // Policies whose lines coincide stay apart by dash pattern and marker shape; an error of 0
+  // (the full cache) is drawn on the floor with open markers and said so in the legend.
   const double x0 = 70, x1 = 640, y0 = 40, y1 = chart_h - 40;
-  double y_max = 0;
-  for (const auto& r : fidelity) y_max = std::max(y_max, r.relative_l2);
-  y_max = std::max(0.1, std::ceil(y_max * 10) / 10);
+  double e_min = 1.0, e_max = 0.0;
+  for (const auto& r : fidelity) {
+    if (r.relative_l2 > 0) e_min = std::min(e_min, r.relative_l2);
+    e_max = std::max(e_max, r.relative_l2);
+  }
+  const int decade_lo = static_cast<int>(std::floor(std::log10(e_min))) - 1;
+  const int decade_hi =
+      std::max(decade_lo + 1, static_cast<int>(std::ceil(std::log10(std::max(e_max, 1e-12)))));
   const double b_min = budgets.front(), b_max = budgets.back();
   const auto px = [&](double b) { return x0 + (b - b_min) / (b_max - b_min) * (x1 - x0); };
-  const auto py = [&](double e) { return y1 - e / y_max * (y1 - y0); };
+  const auto py = [&](double e) {
+    const double d = e > 0 ? std::max(std::log10(e), double(decade_lo)) : double(decade_lo);
+    return y1 - (d - decade_lo) / (decade_hi - decade_lo) * (y1 - y0);
+  };
   svg << "<text x=\"" << x0
       << "\" y=\"22\" font-size=\"15\">Attention-output error vs KV budget (lower is "
-         "better)</text>\n";
+         "better, log scale)</text>\n";
   svg << "<line x1=\"" << x0 << "\" y1=\"" << y1 << "\" x2=\"" << x1 << "\" y2=\"" << y1
       << "\" stroke=\"black\"/>\n";
   svg << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y1
@@ -100,12 +112,11 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
     svg << "<text x=\"" << px(b) << "\" y=\"" << y1 + 16 << "\" text-anchor=\"middle\">"
         << fixed(b, 2) << "</text>\n";
   }
-  for (int t = 0; t <= 5; ++t) {
-    const double e = y_max * t / 5;
-    svg << "<text x=\"" << x0 - 6 << "\" y=\"" << py(e) + 4 << "\" text-anchor=\"end\">"
-        << fixed(e, 2) << "</text>\n"
-        << "<line x1=\"" << x0 << "\" y1=\"" << py(e) << "\" x2=\"" << x1 << "\" y2=\"" << py(e)
-        << "\" stroke=\"#ddd\"/>\n";
+  for (int d = decade_lo; d <= decade_hi; ++d) {
+    svg << "<text x=\"" << x0 - 6 << "\" y=\"" << py(std::pow(10.0, d)) + 4
+        << "\" text-anchor=\"end\">1e" << d << "</text>\n"
+        << "<line x1=\"" << x0 << "\" y1=\"" << py(std::pow(10.0, d)) << "\" x2=\"" << x1
+        << "\" y2=\"" << py(std::pow(10.0, d)) << "\" stroke=\"#ddd\"/>\n";
   }
   svg << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << y1 + 34
       << "\" text-anchor=\"middle\">KV budget (fraction of the full cache, equal for every "
@@ -113,18 +124,46 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   svg << "<text transform=\"translate(18," << (y0 + y1) / 2
       << ") rotate(-90)\" text-anchor=\"middle\">relative L2 error, "
       << "mean over layers</text>\n";
+  static const char* dashes[] = {"", "7,4", "2,3", "9,3,2,3"};
+  const auto marker = [&](std::size_t p, double x, double y, bool open) {
+    const std::string fill = open ? "white" : colour(p);
+    std::ostringstream m;
+    m << " fill=\"" << fill << "\" stroke=\"" << colour(p) << "\" stroke-width=\"1.5\"/>\n";
+    switch (p % 4) {
+      case 0:
+        return "<circle cx=\"" + fixed(x, 1) + "\" cy=\"" + fixed(y, 1) + "\" r=\"4\"" + m.str();
+      case 1:
+        return "<rect x=\"" + fixed(x - 3.5, 1) + "\" y=\"" + fixed(y - 3.5, 1) +
+               "\" width=\"7\" height=\"7\"" + m.str();
+      case 2:
+        return "<polygon points=\"" + fixed(x, 1) + "," + fixed(y - 5, 1) + " " +
+               fixed(x - 4.5, 1) + "," + fixed(y + 3.5, 1) + " " + fixed(x + 4.5, 1) + "," +
+               fixed(y + 3.5, 1) + "\"" + m.str();
+      default:
+        return "<polygon points=\"" + fixed(x, 1) + "," + fixed(y - 5, 1) + " " + fixed(x + 5, 1) +
+               "," + fixed(y, 1) + " " + fixed(x, 1) + "," + fixed(y + 5, 1) + " " +
+               fixed(x - 5, 1) + "," + fixed(y, 1) + "\"" + m.str();
+    }
+  };
   for (std::size_t p = 0; p < policies.size(); ++p) {
-    std::string points;
+    std::string points, markers;
+    bool exact = true;
     for (const auto& r : fidelity) {
-      if (r.policy == policies[p])
-        points += fixed(px(r.budget), 1) + "," + fixed(py(r.relative_l2), 1) + " ";
+      if (r.policy != policies[p]) continue;
+      points += fixed(px(r.budget), 1) + "," + fixed(py(r.relative_l2), 1) + " ";
+      markers += marker(p, px(r.budget), py(r.relative_l2), r.relative_l2 == 0);
+      exact = exact && r.relative_l2 == 0;
     }
     if (points.empty()) continue;
-    svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colour(p) << "\" points=\""
-        << points << "\"/>\n";
-    svg << "<rect x=\"" << x1 + 30 << "\" y=\"" << y0 + 18 * p
-        << "\" width=\"14\" height=\"4\" fill=\"" << colour(p) << "\"/><text x=\"" << x1 + 50
-        << "\" y=\"" << y0 + 18 * p + 6 << "\">" << policies[p] << "</text>\n";
+    svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colour(p)
+        << "\" stroke-dasharray=\"" << dashes[p % 4] << "\" points=\"" << points << "\"/>\n"
+        << markers;
+    const double ly = y0 + 20.0 * static_cast<double>(p);
+    svg << "<line x1=\"" << x1 + 22 << "\" y1=\"" << ly << "\" x2=\"" << x1 + 52 << "\" y2=\"" << ly
+        << "\" stroke-width=\"2\" stroke=\"" << colour(p) << "\" stroke-dasharray=\""
+        << dashes[p % 4] << "\"/>\n"
+        << marker(p, x1 + 37, ly, exact) << "<text x=\"" << x1 + 60 << "\" y=\"" << ly + 4 << "\">"
+        << policies[p] << (exact ? " (0: exact, drawn on the floor)" : "") << "</text>\n";
   }
 
   // Needle grids: one heat map per policy, rows = context length, columns = depth.

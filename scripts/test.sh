@@ -43,8 +43,11 @@ if [ "$tier" = quick ]; then
   exit 0
 fi
 
+# Debug information is line tables only (-g1): what valgrind's and the sanitizers' reports
+# print, at two thirds of the full debug information's compile time (measured on one test unit).
 echo "== razorkv: GCC, C++17, warnings as errors"
-razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
+razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_COMPILER=g++ \
   -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=ON -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=ON \
   -DRAZORKV_WARNINGS_AS_ERRORS=ON "${python_options[@]}"
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
@@ -64,7 +67,7 @@ done
 
 echo "== razorkv: Clang, C++20, -march=native, ASan + UBSan"
 razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DCMAKE_CXX_STANDARD=20 \
   -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF -DRAZORKV_BUILD_TOOLS=OFF \
   -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_SANITIZE=ON -DRAZORKV_TEST_LEVEL=2
 (cd "$build/asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -72,7 +75,7 @@ razorkv_build "$build/asan" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=cl
 
 echo "== razorkv: Clang, ThreadSanitizer: threads decoding and appending at once"
 razorkv_build "$build/tsan" razorkv_attention_tests -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DCMAKE_CXX_STANDARD=20 -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -DCMAKE_CXX_STANDARD=20 -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=OFF \
   -DRAZORKV_BUILD_TOOLS=OFF -DRAZORKV_WARNINGS_AS_ERRORS=ON -DRAZORKV_SANITIZE_THREAD=ON
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/razorkv_attention_tests" --gtest_brief=1 \
   --gtest_filter='*Thread*:*ParallelFor*' || razorkv_fail "ThreadSanitizer found a race"

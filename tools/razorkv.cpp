@@ -382,7 +382,9 @@ int run_heatmap(const heatmap_args& a) {
   const index_t cell = std::clamp<index_t>(480 / std::max(layers, heads), 8, 28);
   const index_t left = 56, top = 58, gap = 90, bar = 14;
   const index_t panel_width = heads * cell, panel_height = layers * cell;
-  const index_t width = left + 2 * (panel_width + gap), height = top + panel_height + 78;
+  // Wide enough for the caption under small models' panels.
+  const index_t width = std::max<index_t>(left + 2 * (panel_width + gap), 660),
+                height = top + panel_height + 78;
   // A tick label every so many rows (14 px apart at least) and columns (22 px).
   const index_t layer_step = std::max<index_t>(1, 14 / cell + (14 % cell ? 1 : 0));
   const index_t head_step = std::max<index_t>(1, 22 / cell + (22 % cell ? 1 : 0));

@@ -52,11 +52,12 @@ def _storage(x, name):
     return _np.asarray(x), ""
 
 
-def _float32(x, name):
+def _float32(x):
     """x as float32 numpy (a copy only when it is not float32 already)."""
     if _is_torch(x):
-        x = x.detach().float() if x.dtype != __import__("torch").float32 else x.detach()
-        return x.numpy()
+        import torch
+
+        return x.detach().to(torch.float32).numpy()
     return _np.asarray(x, dtype=_np.float32)
 
 
@@ -79,8 +80,8 @@ def score_queries_keys(probe, queries, keys, *, scale=None, alibi_slopes=None, r
     q, q_dtype = _storage(queries, "queries")
     k, k_dtype = _storage(keys, "keys")
     if q.dtype != k.dtype or q_dtype != k_dtype:  # one dtype for both: widen the narrower
-        q, q_dtype = _float32(queries, "queries"), ""
-        k, k_dtype = _float32(keys, "keys"), ""
+        q, q_dtype = _float32(queries), ""
+        k, k_dtype = _float32(keys), ""
     return _razorkv._score_queries_keys(probe, q, q_dtype, k, k_dtype, scale,
                                         list(alibi_slopes or []), row_step)
 
@@ -146,12 +147,19 @@ class _CacheMethods:
     def decode(self, layer, queries, *, scale=None):
         """Attention of one query per query head [query heads, head_dim] over the layer;
         returns [query heads, head_dim] float32 (a torch tensor for a torch query)."""
-        return _like(self._cache.attend(layer, _float32(queries, "queries"), scale), queries)
+        q = _float32(queries)
+        if q.ndim != 2:
+            raise Error(f"decode: queries must be [query heads, head_dim], have shape {q.shape}")
+        return _like(self._cache.attend(layer, q, scale), queries)
 
     def prefill(self, layer, queries, *, scale=None):
         """Causal attention of the newest len(queries) tokens' queries
         [tokens, query heads, head_dim] over the layer (prefill_attention)."""
-        return _like(self._cache.attend(layer, _float32(queries, "queries"), scale), queries)
+        q = _float32(queries)
+        if q.ndim != 3:
+            raise Error("prefill: queries must be [tokens, query heads, head_dim], have shape "
+                        f"{q.shape}")
+        return _like(self._cache.attend(layer, q, scale), queries)
 
     def entries(self, layer, kv_head):
         return self._cache.entries(layer, kv_head)

@@ -231,6 +231,8 @@ class RazorCache(unittest.TestCase):
             cache.compress_layer(5, self.keys[1], self.values[1])
         with self.assertRaisesRegex(razorkv.Error, "compensation \\('mean'\\)"):
             razorkv.RazorConfig(compensation="mean")
+        with self.assertRaisesRegex(razorkv.Error, "decode: queries must be \\[query heads, head_dim\\]"):
+            cache.decode(0, np.zeros((1, 4, 16), np.float32))
         with self.assertRaisesRegex(razorkv.Error, "dtype \\('int8'\\)"):
             razorkv.RazorCache(self.plan, "int8")
         self.assertEqual(cache.kv_bytes(), before)
