@@ -55,6 +55,16 @@ done
 for plan in plan.tsv from_tsv.json from_mindspore.json; do
   cmp -s "$dir/ratio_json.txt" "$dir/ratio_$plan.txt" || { echo "ratio differs with $plan" >&2; exit 1; }
 done
+# Every option of every subcommand has help text: CLI11 prints it from column 31, on the option's
+# line or, after a long signature, on the next.
+for sub in probe score select ratio heatmap convert; do
+  "$cli" "$sub" --help | awk -v cmd="$sub" '
+    /^  -/ { if (pending != "") { print cmd ": " pending; bad = 1 }
+             pending = (substr($0, 31) ~ /[^ ]/) ? "" : $1; next }
+    substr($0, 1, 30) ~ /^ +$/ && substr($0, 31, 1) ~ /[^ ]/ { pending = "" }
+    END { if (pending != "") { print cmd ": " pending; bad = 1 }; exit bad }' \
+    || { echo "an option of '$sub' has no help text" >&2; exit 1; }
+done
 "$cli" --version | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+$'
 "$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 4096 1048576 | grep -Eq "^ +1048576 "
 
