@@ -76,8 +76,10 @@ TEST(RazorkvNpy, Float64IsReadAsWritten) {
       npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", data));
   EXPECT_EQ(a.dtype, razorkv::io::npy_dtype::kFloat64);
   EXPECT_EQ(a.to<double>(), values);
-  EXPECT_EQ(a.to<float>()[0], 0.1f);
-  EXPECT_EQ(a.to<std::int64_t>()[2], 3);
+  // Narrowed like NumPy's cast: rounded, and beyond float's range an infinity.
+  EXPECT_EQ(a.to<float>(),
+            (std::vector<float>{0.1f, -std::numeric_limits<float>::infinity(), 3.0f}));
+  EXPECT_EQ(static_cast<float>(a.to<Eigen::half>()[1]), -std::numeric_limits<float>::infinity());
   RAZORKV_EXPECT_ERROR(a.to<std::int64_t>(), kInvalidArgument,
                        "element 1 (-1e+300) is not representable as a 64-bit integer");
 }

@@ -73,8 +73,17 @@ struct npy_array {
       RAZORKV_CHECK(std::isfinite(x) && x >= -limit && x < limit, kInvalidArgument,
                     "npy_array::to: element ", i, " (", x, ") is not representable as a ",
                     sizeof(T) * 8, "-bit integer");
+      return static_cast<T>(x);
+    } else if constexpr (std::is_same_v<T, double>) {
+      return x;
+    } else {
+      // A double beyond float's range becomes an infinity, as NumPy's cast makes it (a plain
+      // cast would be undefined behaviour); half and bfloat16 round from that float.
+      constexpr double kMax = std::numeric_limits<float>::max();
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      const float narrowed = x > kMax ? kInf : x < -kMax ? -kInf : static_cast<float>(x);
+      return static_cast<T>(narrowed);
     }
-    return static_cast<T>(x);
   }
   template <class T>
   T element(index_t i) const {
