@@ -96,7 +96,10 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   const int decade_hi =
       std::max(decade_lo + 1, static_cast<int>(std::ceil(std::log10(std::max(e_max, 1e-12)))));
   const double b_min = budgets.front(), b_max = budgets.back();
-  const auto px = [&](double b) { return x0 + (b - b_min) / (b_max - b_min) * (x1 - x0); };
+  // 24 px inside the axes at both ends: room for the dodged points.
+  const auto px = [&](double b) {
+    return x0 + 24 + (b - b_min) / (b_max - b_min) * (x1 - x0 - 48);
+  };
   const auto py = [&](double e) {
     const double d = e > 0 ? std::max(std::log10(e), double(decade_lo)) : double(decade_lo);
     return y1 - (d - decade_lo) / (decade_hi - decade_lo) * (y1 - y0);
@@ -120,7 +123,7 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   }
   svg << "<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << y1 + 34
       << "\" text-anchor=\"middle\">KV budget (fraction of the full cache, equal for every "
-         "policy)</text>\n";
+         "policy; points dodged sideways)</text>\n";
   svg << "<text transform=\"translate(18," << (y0 + y1) / 2
       << ") rotate(-90)\" text-anchor=\"middle\">relative L2 error, "
       << "mean over layers</text>\n";
@@ -148,10 +151,13 @@ void write_svg(const std::string& path, const std::vector<std::string>& policies
   for (std::size_t p = 0; p < policies.size(); ++p) {
     std::string points, markers;
     bool exact = true;
+    // Each policy's points sit a few pixels left or right of the budget they are at (dodged),
+    // so that policies with equal errors show side by side instead of one over the other.
+    const double dodge = 3.5 * (static_cast<double>(p) - 0.5 * (policies.size() - 1.0));
     for (const auto& r : fidelity) {
       if (r.policy != policies[p]) continue;
-      points += fixed(px(r.budget), 1) + "," + fixed(py(r.relative_l2), 1) + " ";
-      markers += marker(p, px(r.budget), py(r.relative_l2), r.relative_l2 == 0);
+      points += fixed(px(r.budget) + dodge, 1) + "," + fixed(py(r.relative_l2), 1) + " ";
+      markers += marker(p, px(r.budget) + dodge, py(r.relative_l2), r.relative_l2 == 0);
       exact = exact && r.relative_l2 == 0;
     }
     if (points.empty()) continue;
