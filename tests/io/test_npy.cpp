@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -65,6 +66,26 @@ TEST(RazorkvNpy, ReadsHalfBfloatAndInt32) {
                                        raw(std::vector<float>{4.0f})))
                 .size(),
             1);
+}
+
+// The header alone: dtype and shape without reading (or needing) the data, so that a tool checks
+// many large dumps before it reads one; the header is checked as strictly as by read_npy.
+TEST(RazorkvNpy, HeaderOnlyReadsTheShapeNotTheData) {
+  const std::string path = ::testing::TempDir() + "razorkv_npy_header.npy";
+  const std::string file = razorkv::io::format_npy(std::vector<float>(24, 1.0f), {2, 3, 4});
+  const auto write = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+  };
+  write(file.substr(0, file.size() - 8));  // data cut short
+  const auto header = razorkv::io::read_npy_header(path);
+  EXPECT_EQ(header.dtype, razorkv::io::npy_dtype::kFloat32);
+  EXPECT_EQ(header.shape, (std::vector<razorkv::index_t>{2, 3, 4}));
+  EXPECT_TRUE(header.bytes.empty());
+  RAZORKV_EXPECT_ERROR(razorkv::io::read_npy(path), kParseError, "needs 96 data bytes");
+  write(file.substr(0, 20));  // the header cut short
+  RAZORKV_EXPECT_ERROR(razorkv::io::read_npy_header(path), kParseError, "header length");
+  RAZORKV_EXPECT_ERROR(razorkv::io::read_npy_header(path + ".missing"), kInvalidArgument,
+                       "cannot open");
 }
 
 // np.save writes float64 unless told otherwise: read at full precision, narrowed on request.

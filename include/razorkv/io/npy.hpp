@@ -1,5 +1,5 @@
 // razorkv/io/npy.hpp: a small strict reader and writer of NumPy .npy files (C order, little
-// endian; float32, float16, bfloat16 stored as uint16, int32, int64) for tensor dumps.
+// endian; float32, float64, float16, bfloat16 stored as uint16, int32, int64) for tensor dumps.
 #pragma once
 
 #include <algorithm>
@@ -181,10 +181,6 @@ class npy_header_parser {
   const std::string& text_;
   std::size_t pos_ = 0;
 };
-
-}  // namespace detail
-
-namespace detail {
 
 // parse_npy, or with header_only the header alone (file may end where the header does): the
 // array's dtype and shape, no bytes.
