@@ -170,8 +170,7 @@ py::tuple shape_to(const razorkv::model_shape& s) {
   return py::make_tuple(s.num_layers, s.num_query_heads, s.num_kv_heads, s.head_dim);
 }
 
-// ---- scoring
-// --------------------------------------------------------------------------------------
+// ---- scoring ------------------------------------------------------------------------------------
 
 py::tuple to_python(const razorkv::layer_scores& s) {
   return py::make_tuple(
@@ -235,8 +234,7 @@ py::array_t<double> score_table(const razorkv::head_scores& s, bool induction) {
   return out;
 }
 
-// ---- caches
-// ----------------------------------------------------------------------------------------
+// ---- caches -------------------------------------------------------------------------------------
 
 // Decode (one query per query head, [heads, head_dim]) or prefill attention (a chunk of queries,
 // [tokens, heads, head_dim]) over any source; queries are float32, the result is float32.
