@@ -67,7 +67,7 @@ decltype(auto) with_type(razorkv::dtype type, F&& f) {
 class array_in {
  public:
   array_in(py::array a, const std::string& declared, const char* name, py::ssize_t ndim)
-      : name_(name), type_(storage_dtype(a, declared, name)) {
+      : type_(storage_dtype(a, declared, name)) {
     RAZORKV_CHECK(a.ndim() == ndim, kShapeMismatch, name, " must have ", ndim, " dimensions, has ",
                   a.ndim());
     const auto item = a.itemsize();
@@ -100,53 +100,14 @@ class array_in {
       return layer<T>();
     });
   }
-  const char* name() const noexcept { return name_; }
 
  private:
-  const char* name_;
   razorkv::dtype type_;
   py::array array_;
 };
 
-// A float32 matrix [rows, cols] the caller gets back.
-py::array_t<float> new_float_array(std::vector<py::ssize_t> shape) {
-  return py::array_t<float>(std::move(shape));
-}
-
-razorkv::gqa_aggregation parse_aggregation(const std::string& name) {
-  if (name == "sum") return razorkv::gqa_aggregation::kSum;
-  if (name == "max") return razorkv::gqa_aggregation::kMax;
-  RAZORKV_CHECK(name == "mean", kInvalidArgument, "gqa ('", name,
-                "') must be 'sum', 'max' or 'mean'");
-  return razorkv::gqa_aggregation::kMean;
-}
-
-razorkv::compensation_mode parse_compensation(const std::string& name) {
-  if (name == "weighted") return razorkv::compensation_mode::kWeighted;
-  if (name == "unweighted") return razorkv::compensation_mode::kUnweighted;
-  RAZORKV_CHECK(name == "none", kInvalidArgument, "compensation ('", name,
-                "') must be 'weighted', 'unweighted' or 'none'");
-  return razorkv::compensation_mode::kNone;
-}
-
-razorkv::decode_mode parse_decode(const std::string& name) {
-  if (name == "append") return razorkv::decode_mode::kAppend;
-  RAZORKV_CHECK(name == "bounded", kInvalidArgument, "decode ('", name,
-                "') must be 'append' or 'bounded'");
-  return razorkv::decode_mode::kBounded;
-}
-
-razorkv::dtype parse_dtype(const std::string& name) {
-  if (name == "float32") return razorkv::dtype::kFloat32;
-  if (name == "float64") return razorkv::dtype::kFloat64;
-  if (name == "float16") return razorkv::dtype::kFloat16;
-  RAZORKV_CHECK(name == "bfloat16", kInvalidArgument, "dtype ('", name,
-                "') must be 'float32', 'float64', 'float16' or 'bfloat16'");
-  return razorkv::dtype::kBFloat16;
-}
-
 // The Python-side name of a storage dtype (numpy's, and "bfloat16").
-std::string numpy_name(razorkv::dtype type) {
+const char* numpy_name(razorkv::dtype type) noexcept {
   switch (type) {
     case razorkv::dtype::kFloat32:
       return "float32";
@@ -158,6 +119,46 @@ std::string numpy_name(razorkv::dtype type) {
       break;
   }
   return "bfloat16";
+}
+
+// The enum value whose name (by the library's own naming function) is `name`; anything else is
+// an error naming `what`, the value and every accepted name.
+template <class E, std::size_t N>
+E from_name(const std::string& name, const char* what, const E (&values)[N],
+            const char* (*name_of)(E) noexcept) {
+  std::string accepted;
+  for (const E value : values) {
+    if (name == name_of(value)) return value;
+    accepted += std::string(accepted.empty() ? "'" : ", '") + name_of(value) + "'";
+  }
+  RAZORKV_CHECK(false, kInvalidArgument, what, " ('", name, "') must be one of ", accepted);
+  return values[0];
+}
+
+razorkv::gqa_aggregation parse_aggregation(const std::string& name) {
+  using razorkv::gqa_aggregation;
+  constexpr gqa_aggregation kAll[] = {gqa_aggregation::kSum, gqa_aggregation::kMax,
+                                      gqa_aggregation::kMean};
+  return from_name(name, "gqa", kAll, &razorkv::gqa_aggregation_name);
+}
+
+razorkv::compensation_mode parse_compensation(const std::string& name) {
+  using razorkv::compensation_mode;
+  constexpr compensation_mode kAll[] = {compensation_mode::kWeighted,
+                                        compensation_mode::kUnweighted, compensation_mode::kNone};
+  return from_name(name, "compensation", kAll, &razorkv::compensation_mode_name);
+}
+
+razorkv::decode_mode parse_decode(const std::string& name) {
+  constexpr razorkv::decode_mode kAll[] = {razorkv::decode_mode::kAppend,
+                                           razorkv::decode_mode::kBounded};
+  return from_name(name, "decode", kAll, &razorkv::decode_mode_name);
+}
+
+razorkv::dtype parse_dtype(const std::string& name) {
+  using razorkv::dtype;
+  constexpr dtype kAll[] = {dtype::kFloat32, dtype::kFloat64, dtype::kFloat16, dtype::kBFloat16};
+  return from_name(name, "dtype", kAll, &numpy_name);
 }
 
 razorkv::model_shape shape_from(const py::tuple& t) {
@@ -247,7 +248,7 @@ py::array_t<float> attend_source(const Source& source, index_t layer, py::array_
   if (queries.ndim() == 2) {
     const razorkv::matrix_view<const float> view(q.data<float>(), q.extent(0), q.extent(1),
                                                  q.stride(0));
-    py::array_t<float> out = new_float_array({q.extent(0), q.extent(1)});
+    py::array_t<float> out({q.extent(0), q.extent(1)});
     const razorkv::matrix_view<float> out_view(out.mutable_data(), q.extent(0), q.extent(1));
     py::gil_scoped_release unlocked;
     if (weights != nullptr) {
@@ -257,7 +258,7 @@ py::array_t<float> attend_source(const Source& source, index_t layer, py::array_
     }
     return out;
   }
-  py::array_t<float> out = new_float_array({q.extent(0), q.extent(1), q.extent(2)});
+  py::array_t<float> out({q.extent(0), q.extent(1), q.extent(2)});
   const auto out_view =
       razorkv::layer_view<float>::nhd(out.mutable_data(), q.extent(0), q.extent(1), q.extent(2));
   py::gil_scoped_release unlocked;

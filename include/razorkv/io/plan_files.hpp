@@ -23,16 +23,6 @@ enum class plan_format {
   kDuoattention  ///< DuoAttention's gate TSV (layers x kv heads): needs the shape and a rule
 };
 
-/// "auto", "razorkv", "mindspore" or "duoattention"; anything else is kInvalidArgument.
-inline plan_format parse_plan_format(const std::string& name) {
-  if (name == "auto") return plan_format::kAuto;
-  if (name == "razorkv") return plan_format::kRazorkv;
-  if (name == "mindspore") return plan_format::kMindspore;
-  RAZORKV_CHECK(name == "duoattention", kInvalidArgument, "plan format (\"", name,
-                "\") must be auto, razorkv, mindspore or duoattention");
-  return plan_format::kDuoattention;
-}
-
 inline const char* plan_format_name(plan_format f) noexcept {
   switch (f) {
     case plan_format::kAuto:
@@ -45,6 +35,18 @@ inline const char* plan_format_name(plan_format f) noexcept {
       return "duoattention";
   }
   return "unknown";
+}
+
+/// The format plan_format_name calls `name`: "auto", "razorkv", "mindspore" or "duoattention";
+/// anything else is kInvalidArgument.
+inline plan_format parse_plan_format(const std::string& name) {
+  for (const plan_format f : {plan_format::kAuto, plan_format::kRazorkv, plan_format::kMindspore,
+                              plan_format::kDuoattention}) {
+    if (name == plan_format_name(f)) return f;
+  }
+  RAZORKV_CHECK(false, kInvalidArgument, "plan format (\"", name,
+                "\") must be auto, razorkv, mindspore or duoattention");
+  return plan_format::kAuto;
 }
 
 /// The format of a plan file's text: a JSON object with "format" is razorkv's, any other JSON
