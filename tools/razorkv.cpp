@@ -73,8 +73,10 @@ void add_plan_options(CLI::App* cmd, plan_args& a, const std::string& what) {
                   "DuoAttention plans: keep the top (1 - sparsity) of the gates instead");
 }
 
+// `shape` is what a plan without a shape of its own (mindspore, DuoAttention) is read for; a
+// razorkv plan is checked against it too unless `check_razorkv_plans` is false.
 razorkv::head_plan read_plan(const plan_args& a, const std::optional<razorkv::model_shape>& shape,
-                             const char* who) {
+                             const char* who, bool check_razorkv_plans = true) {
   const std::string text = razorkv::io::read_text_file(a.path);
   razorkv::io::plan_read_options options;
   options.format = a.format == "auto" ? razorkv::io::detect_plan_format(text)
@@ -83,7 +85,8 @@ razorkv::head_plan read_plan(const plan_args& a, const std::optional<razorkv::mo
                 who, ": ", a.path, " is a ", razorkv::io::plan_format_name(options.format),
                 " plan, which does not carry the model's shape: give --model, or --layers, "
                 "--query-heads, --kv-heads and --head-dim");
-  options.shape = shape;
+  const bool razorkv_plan = options.format == razorkv::io::plan_format::kRazorkv;
+  if (!razorkv_plan || check_razorkv_plans) options.shape = shape;
   options.gates = a.gates;
   return razorkv::io::parse_head_plan(text, options);
 }
@@ -362,17 +365,12 @@ int run_heatmap(const heatmap_args& a) {
   const auto scores = razorkv::io::head_scores_from_json(text);
   std::optional<razorkv::head_plan> plan;
   if (!a.plan.path.empty()) {
-    // A plan without a shape of its own is read for the scores' (head_dim does not matter here).
+    // A plan without a shape of its own is read for the scores'; head_dim does not matter here,
+    // so a razorkv plan is not checked against it.
     const razorkv::model_shape shape{scores.num_layers(), scores.num_query_heads(),
                                      scores.num_kv_heads(),
                                      razorkv::io::head_scores_head_dim(text).value_or(1)};
-    const std::string plan_text = razorkv::io::read_text_file(a.plan.path);
-    razorkv::io::plan_read_options options;
-    options.format = a.plan.format == "auto" ? razorkv::io::detect_plan_format(plan_text)
-                                             : razorkv::io::parse_plan_format(a.plan.format);
-    options.gates = a.plan.gates;
-    if (options.format != razorkv::io::plan_format::kRazorkv) options.shape = shape;
-    plan.emplace(razorkv::io::parse_head_plan(plan_text, options));
+    plan.emplace(read_plan(a.plan, shape, "heatmap", /*check_razorkv_plans=*/false));
     RAZORKV_CHECK(plan->shape().num_layers == scores.num_layers() &&
                       plan->shape().num_kv_heads == scores.num_kv_heads() &&
                       plan->shape().num_query_heads == scores.num_query_heads(),
