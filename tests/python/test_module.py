@@ -281,11 +281,15 @@ class TorchTensors(unittest.TestCase):
             self.assertIsInstance(out, torch.Tensor)
             self.assertEqual(tuple(out.shape), (2, 16))
 
-    def test_a_gpu_tensor_or_a_mismatched_dtype_is_an_error(self):
+    def test_a_tensor_off_the_cpu_or_of_another_dtype_is_an_error(self):
         plan = razorkv.HeadPlan((1, 2, 2, 16))
         cache = razorkv.RazorCache(plan, "bfloat16")
         with self.assertRaisesRegex(razorkv.Error, "keys has dtype float, expected bfloat16"):
             cache.compress_layer(0, torch.zeros(8, 2, 16), torch.zeros(8, 2, 16))
+        # A "meta" tensor (shape without memory) stands in for a GPU one: no CPU memory to read.
+        off_cpu = torch.zeros(8, 2, 16, dtype=torch.bfloat16, device="meta")
+        with self.assertRaisesRegex(razorkv.Error, "keys: a meta tensor; razorkv reads CPU memory"):
+            cache.compress_layer(0, off_cpu, off_cpu)
 
 
 if __name__ == "__main__":
