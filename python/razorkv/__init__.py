@@ -28,7 +28,7 @@ from . import _razorkv
 __all__ = [
     "Cache", "Error", "HeadPlan", "HeadScores", "Policy", "Probe", "RazorCache", "RazorConfig",
     "compress", "compressed_kv_bytes", "full_kv_bytes", "load_plan", "load_scores",
-    "model_presets", "save_plan", "save_scores", "score_layer", "score_probabilities",
+    "model_presets", "save_plan", "save_scores", "score_probabilities",
     "score_queries_keys", "select", "select_for_budget",
 ]
 
@@ -90,12 +90,6 @@ def score_probabilities(probe, probabilities, *, row_sum_tolerance=1e-2, row_ste
     """Echo and induction scores from attention probabilities [heads, L, L] (rows sum to 1)."""
     p, p_dtype = _storage(probabilities, "probabilities")
     return _razorkv._score_probabilities(probe, p, p_dtype, row_sum_tolerance, row_step)
-
-
-def score_layer(scores, layer, probe, queries, keys, **options):
-    """Scores one layer's heads (score_queries_keys) into the HeadScores table `scores`."""
-    echo, induction = score_queries_keys(probe, queries, keys, **options)
-    scores.set_layer(layer, echo.tolist(), induction.tolist())
 
 
 def _read_text(path):
