@@ -1,18 +1,116 @@
-// src/decode_kernels.cpp: the decode kernels and scheduler compiled once, for builds that link
-// razorkv::kernels (their other translation units only declare them: RAZORKV_SEPARATE_KERNELS).
+// src/decode_kernels.cpp: the decode scheduler compiled once, for builds that link
+// razorkv::kernels, and the choice, at the first decode, of the kernel set (one per ISA) that the
+// CPU runs best.
 #include "razorkv/detail/decode_kernels.hpp"
 #include "razorkv/detail/decode_schedule.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
+#include <cpuid.h>
+#endif
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-#define RAZORKV_DEFINE_DECODE_KERNEL(T, Q, D) template RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D);
-RAZORKV_FOR_EACH_DECODE_KERNEL(RAZORKV_DEFINE_DECODE_KERNEL)
-#undef RAZORKV_DEFINE_DECODE_KERNEL
-
 #define RAZORKV_DEFINE_DECODE_SCHEDULE(T, TO) template RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO);
 RAZORKV_FOR_EACH_DECODE_SCHEDULE(RAZORKV_DEFINE_DECODE_SCHEDULE)
 #undef RAZORKV_DEFINE_DECODE_SCHEDULE
+
+namespace {
+
+// A kernel set this library holds, and whether the CPU (and its operating system) runs it.
+struct kernel_candidate {
+  const char* isa;
+  bool runs;
+  const decode_kernel_set& (*kernels)();
+};
+
+}  // namespace
+
+#if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
+// Compiled from src/decode_kernels_isa.cpp with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+// -mavx2 -mfma -mf16c, with -mavx2 -mfma -mf16c, and with the x86-64 baseline (SSE2).
+const decode_kernel_set& compiled_decode_kernels_isa_avx512();
+const decode_kernel_set& compiled_decode_kernels_isa_avx2();
+const decode_kernel_set& compiled_decode_kernels_isa_sse2();
+
+namespace {
+
+struct x86_features {
+  bool avx2 = false, fma = false, f16c = false, avx512 = false;
+};
+
+// CPUID and XGETBV: the instructions, and the register state the OS saves on a context switch
+// (YMM for AVX, ZMM and the mask registers for AVX-512).
+x86_features detect_x86_features() {
+  x86_features f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u;
+  f.fma = (ecx >> 12) & 1u;
+  f.f16c = (ecx >> 29) & 1u;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  const bool ymm_saved = (xcr0_low & 0x6u) == 0x6u, zmm_saved = (xcr0_low & 0xe6u) == 0xe6u;
+  if (!ymm_saved || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = (ebx >> 5) & 1u;
+  const bool avx512f = (ebx >> 16) & 1u, avx512dq = (ebx >> 17) & 1u, avx512bw = (ebx >> 30) & 1u,
+             avx512vl = (ebx >> 31) & 1u;
+  f.avx512 = zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
+  return f;
+}
+
+}  // namespace
+#endif
+
+namespace {
+
+const decode_kernel_set& choose_decode_kernels() {
+#if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
+  const x86_features cpu = detect_x86_features();
+  const bool v3 = cpu.avx2 && cpu.fma && cpu.f16c;
+  const kernel_candidate candidates[] = {
+      {"avx512", v3 && cpu.avx512, &compiled_decode_kernels_isa_avx512},
+      {"avx2", v3, &compiled_decode_kernels_isa_avx2},
+      {"sse2", true, &compiled_decode_kernels_isa_sse2}};
+#else
+  // No run-time choice on this target: the kernels of the flags the library was built with.
+  const kernel_candidate candidates[] = {
+      {RAZORKV_DETAIL_ISA_NAME, true,
+       []() -> const decode_kernel_set& { return compiled_decode_kernels(); }}};
+#endif
+  // RAZORKV_DECODE_ISA names the set to use instead of the best one (to test or time each).
+  const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
+  std::string names;
+  for (const kernel_candidate& candidate : candidates) {
+    if (wanted == nullptr || *wanted == '\0') {
+      if (candidate.runs) return candidate.kernels();
+      continue;
+    }
+    if (std::strcmp(wanted, candidate.isa) == 0) {
+      RAZORKV_CHECK(candidate.runs, kInvalidArgument, "decode: RAZORKV_DECODE_ISA (", wanted,
+                    ") names kernels this CPU cannot run");
+      return candidate.kernels();
+    }
+    names += names.empty() ? "" : ", ";
+    names += candidate.isa;
+  }
+  RAZORKV_CHECK(false, kInvalidArgument, "decode: RAZORKV_DECODE_ISA (", wanted,
+                ") names no kernel set of this build (", names, ")");
+  return candidates[0].kernels();  // not reached
+}
+
+}  // namespace
+
+const decode_kernel_set& dispatched_decode_kernels() {
+  // Chosen once; a throw leaves it unchosen, to be tried again by the next decode.
+  static const decode_kernel_set& chosen = choose_decode_kernels();
+  return chosen;
+}
 
 }  // namespace detail
 RAZORKV_END_NAMESPACE

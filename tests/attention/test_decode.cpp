@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -280,6 +282,26 @@ TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(razorkv_test::max_abs_diff(serial, threaded), 0.0)
       << "the result must not depend on scheduling";
+}
+
+// The kernel set decode runs: the one RAZORKV_DECODE_ISA asks for when it is set (ctest runs the
+// razorkv::kernels suite once per set the CPU runs), else the best this build and CPU have.
+TEST(RazorkvDecodeKernels, RunTheRequestedInstructionSet) {
+  const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
+  const std::string isa = razorkv::decode_kernel_isa();
+  if (wanted != nullptr && *wanted != '\0') {
+    EXPECT_EQ(isa, wanted);
+    return;
+  }
+  EXPECT_FALSE(isa.empty());
+#if defined(RAZORKV_SEPARATE_KERNELS) && defined(__x86_64__)
+  // Compiled for the baseline or not, razorkv::kernels runs the widest kernels the CPU has.
+  EXPECT_EQ(isa, __builtin_cpu_supports("avx512bw") ? "avx512"
+                 : __builtin_cpu_supports("avx2")   ? "avx2"
+                                                    : "sse2");
+#else
+  EXPECT_EQ(isa, RAZORKV_DETAIL_ISA_NAME);
+#endif
 }
 
 TEST(RazorkvDecode, ExplicitScaleIsUsed) {

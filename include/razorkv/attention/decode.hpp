@@ -137,11 +137,19 @@ void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, lay
   std::pmr::vector<decode_work<T, TO>> works(memory.resource());
   works.push_back(prepare_decode(source, layer, queries, out, weights, options.scale,
                                  options.check_finite, "decode_attention", memory.resource()));
-  run_decode(works, source.head_dim(), options.parallel_for,
+  run_decode(works, source.head_dim(),
+             options.parallel_for ? options.parallel_for : default_parallel_for(),
              entries_per_task(options, "decode_attention"), memory.resource());
 }
 
 }  // namespace detail
+
+/// The instruction set decode's kernels run with: "avx512", "avx2", "sse2" (x86-64), "neon", ...
+/// Header-only, that of the flags the calling translation unit is compiled with. Linked with
+/// razorkv::kernels on x86-64, the best one the CPU runs, chosen at the first decode; the
+/// environment variable RAZORKV_DECODE_ISA names another (to compare them), and a name the build
+/// lacks or the CPU cannot run is an error, here and from the first decode.
+inline const char* decode_kernel_isa() { return detail::decode_kernels().isa; }
 
 /// Decode attention with a few new queries per query head, causal among themselves: the
 /// source (a cache, or a read-only source such as paged_kv_view) already holds the keys and
@@ -220,7 +228,8 @@ void decode_attention_batch(const Source* const* caches, index_t batch, index_t 
                                            sequence_weights, options.scale, options.check_finite,
                                            kWhere, memory.resource()));
   }
-  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for,
+  detail::run_decode(works, caches[0]->head_dim(),
+                     options.parallel_for ? options.parallel_for : detail::default_parallel_for(),
                      detail::entries_per_task(options, kWhere), memory.resource());
 }
 

@@ -1,11 +1,13 @@
 // razorkv/detail/decode_kernels.hpp: the decode micro-kernels (scores of a key block, value
-// accumulation, row widening, prefetch) and attend_head, the online softmax over one kv head.
+// accumulation, row widening, prefetch), attend_head (the online softmax over one kv head), and
+// the kernel table of the ISA this translation unit is compiled for.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -14,11 +16,14 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/block_rows.hpp"
+#include "razorkv/detail/dispatch.hpp"
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
+// The kernels are compiled per ISA (see RAZORKV_DETAIL_ISA in simd.hpp).
+inline namespace RAZORKV_DETAIL_ISA {
 
 // kBlockRows, the rows per online-softmax step, is in block_rows.hpp (the caches align to it).
 // 16-bit rows are widened to float this many at a time, so the scratch stays in L1.
@@ -52,7 +57,7 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
     for (int r = 0; r < kRows; ++r) {
       Acc sum = simd_sum<Acc>(acc[q][r]);
       for (index_t c = vector_end; c < dim; ++c)
-        sum += queries[q * dim + c] * static_cast<Acc>(keys[r * key_stride + c]);
+        sum += queries[q * dim + c] * to_accum<Acc>(keys[r * key_stride + c]);
       scores[q * kBlockRows + r] = sum;
     }
   }
@@ -118,7 +123,7 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
     for (int q = 0; q < kQ; ++q) {
       Acc sum = out[q * dim + c];
       for (index_t r = 0; r < rows; ++r)
-        sum += weights[q * kBlockRows + r] * static_cast<Acc>(values[r * value_stride + c]);
+        sum += weights[q * kBlockRows + r] * to_accum<Acc>(values[r * value_stride + c]);
       out[q * dim + c] = sum;
     }
   }
@@ -174,6 +179,46 @@ inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index
   }
 }
 
+// w[0, kBlockRows) += shift; returns the largest of them.
+template <class Acc>
+inline Acc shift_block(Acc* RAZORKV_RESTRICT w, Acc shift) noexcept {
+  constexpr int kW = simd_lanes<Acc>;
+  static_assert(kBlockRows % kW == 0, "razorkv: a block is whole vectors");
+  const simd_t<Acc> s = simd_broadcast(shift);
+  simd_t<Acc> largest = simd_load(w) + s;
+  for (index_t r = 0; r < kBlockRows; r += kW) {
+    const simd_t<Acc> x = simd_load(w + r) + s;
+    simd_store(w + r, x);
+    largest = simd_max<Acc>(largest, x);
+  }
+  return simd_max_lane<Acc>(largest);
+}
+
+// w[0, kBlockRows) = exp(w - max); returns their sum.
+template <class Acc>
+inline Acc exp_block(Acc* RAZORKV_RESTRICT w, Acc max) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  if constexpr (std::is_same_v<Acc, float>) {
+    constexpr int kW = simd_lanes<float>;
+    const simd_t<float> m = simd_broadcast(max);
+    simd_t<float> sum = simd_zero<float>();
+    for (index_t r = 0; r < kBlockRows; r += kW) {
+      const simd_t<float> e = simd_exp(simd_load(w + r) - m);
+      simd_store(w + r, e);
+      sum += e;
+    }
+    return simd_sum<float>(sum);
+  }
+#endif
+  // double (and compilers without vector extensions): the C library's exp.
+  Acc sum = Acc(0);
+  for (index_t r = 0; r < kBlockRows; ++r) {
+    w[r] = static_cast<Acc>(std::exp(w[r] - max));
+    sum += w[r];
+  }
+  return sum;
+}
+
 /// The decode kernel for kQ query vectors that read the same kv head. queries are already
 /// multiplied by the softmax scale. Query q reads the first visible[q] entries of the head
 /// (the concatenation of its spans). Writes the normalised attention output to out.
@@ -197,7 +242,6 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
                  accum_t<T>* partial_denominator, float* RAZORKV_RESTRICT maybe_logits,
                  index_t logits_stride) {
   using Acc = accum_t<T>;
-  using score_block = Eigen::Array<Acc, kBlockRows, 1>;
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
 
@@ -255,22 +299,20 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         // entries newer than the query under the causal mask) get weight exactly 0.
         const index_t readable =
             std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
-        Eigen::Map<score_block, Eigen::Aligned16> block(w);
         Acc block_max = kNegInf;
         if (readable == kBlockRows) {
-          block += log_weight;
-          block_max = block.maxCoeff();
+          block_max = shift_block(w, log_weight);
         } else if (readable == 0) {
-          block.setZero();
+          for (index_t r = 0; r < kBlockRows; ++r) w[r] = Acc(0);
           continue;
         } else {
           for (index_t r = 0; r < readable; ++r) {
             w[r] += log_weight;
             block_max = std::max(block_max, w[r]);
           }
-          // Unread slots get a finite placeholder so that exp() never sees an unset value;
-          // their weight is zeroed right after.
-          std::fill(w + readable, w + kBlockRows, block_max);
+          // Unread slots (padding past `rows`, entries the causal mask hides) get -inf, whose
+          // exp is exactly 0.
+          for (index_t r = readable; r < kBlockRows; ++r) w[r] = kNegInf;
         }
         if (maybe_logits != nullptr) {
           float* logits = maybe_logits + q * logits_stride + block_entry;
@@ -285,9 +327,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
           }
           running_max[q] = block_max;
         }
-        block = (block - running_max[q]).exp();
-        for (index_t r = readable; r < kBlockRows; ++r) w[r] = Acc(0);
-        denominator[q] += block.sum();
+        denominator[q] += exp_block(w, running_max[q]);
         any_weight = true;
       }
       if (!any_weight) continue;
@@ -318,38 +358,60 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   }
 }
 
-// Separately compiled kernels. attend_head is instantiated for every storage dtype, pass
-// width and specialised head dim: 96 functions whose code generation is most of what a
-// translation unit that calls decode costs to compile. A build that defines
-// RAZORKV_SEPARATE_KERNELS (the razorkv::kernels target does, for whoever links it) declares
-// them here and compiles them once, in src/decode_kernels.cpp; any other build instantiates them
-// where they are used, as a header-only library does.
-// clang-format off: one kernel per line reads better than what the formatter makes of a list.
-#define RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D)                                        \
-  void attend_head<T, Q, D>(const kv_span<T>*, index_t, index_t, const accum_t<T>*,     \
-                            const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t, \
-                            accum_t<T>*, accum_t<T>*, float*, index_t)
-#define RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, Q) \
-  X(T, Q, 0) X(T, Q, 64) X(T, Q, 80) X(T, Q, 96) X(T, Q, 128) X(T, Q, 256)
-#define RAZORKV_DECODE_KERNELS_OF_TYPE(X, T) \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 1)   \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 2)   \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 4)   \
-  RAZORKV_DECODE_KERNELS_OF_WIDTH(X, T, 8)
-/// Calls X(T, width, dim) for every kernel dispatch_head_dim and dispatch_pow2_upto8 can select.
-#define RAZORKV_FOR_EACH_DECODE_KERNEL(X)        \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, float)       \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, double)      \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::half) \
-  RAZORKV_DECODE_KERNELS_OF_TYPE(X, Eigen::bfloat16)
-// clang-format on
+// Every attend_head of this translation unit's ISA, as the scheduler finds them.
+template <class T, int kQ, std::size_t... kDimIndex>
+constexpr void fill_kernel_row(attend_head_fn<T> (&row)[kNumKernelDims],
+                               std::index_sequence<kDimIndex...>) noexcept {
+  ((row[kDimIndex] = &attend_head<T, kQ, kKernelDims[kDimIndex]>), ...);
+}
 
+template <class T>
+constexpr attend_head_table<T> make_attend_head_table() noexcept {
+  attend_head_table<T> table{};
+  const auto dims = std::make_index_sequence<kNumKernelDims>{};
+  fill_kernel_row<T, 1>(table.kernel[0], dims);
+  fill_kernel_row<T, 2>(table.kernel[1], dims);
+  fill_kernel_row<T, 4>(table.kernel[2], dims);
+  fill_kernel_row<T, 8>(table.kernel[3], dims);
+  return table;
+}
+
+// A template, so that a translation unit that does not call it (one that links razorkv::kernels)
+// does not instantiate every kernel by naming them.
+template <class Unused = void>
+const decode_kernel_set& compiled_decode_kernels() noexcept {
+  static constexpr decode_kernel_set kernels = {RAZORKV_DETAIL_ISA_NAME,
+                                                kHalfInRegisters,
+                                                make_attend_head_table<float>(),
+                                                make_attend_head_table<double>(),
+                                                make_attend_head_table<Eigen::half>(),
+                                                make_attend_head_table<Eigen::bfloat16>()};
+  return kernels;
+}
+
+}  // namespace RAZORKV_DETAIL_ISA
+
+// With RAZORKV_SEPARATE_KERNELS (defined by razorkv::kernels for itself and whoever links it),
+// the kernels are not compiled where decode is called: razorkv::kernels compiles them once per
+// ISA the compiler can target (on x86-64: SSE2, AVX2 and AVX-512) and picks the best the CPU
+// runs, once, at the first decode (src/decode_kernels.cpp). Otherwise the kernels are compiled
+// in every translation unit that decodes, for the ISA it is compiled for, as header-only code is.
 #if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-#define RAZORKV_DECLARE_DECODE_KERNEL(T, Q, D) \
-  extern template RAZORKV_DECODE_KERNEL_SIGNATURE(T, Q, D);
-RAZORKV_FOR_EACH_DECODE_KERNEL(RAZORKV_DECLARE_DECODE_KERNEL)
-#undef RAZORKV_DECLARE_DECODE_KERNEL
+/// The kernel set razorkv::kernels picked for this CPU. Throws when RAZORKV_DECODE_ISA names a
+/// set that this build lacks or the CPU cannot run.
+const decode_kernel_set& dispatched_decode_kernels();
 #endif
+
+inline namespace RAZORKV_DETAIL_ISA {
+/// The kernels decode calls in this translation unit.
+inline const decode_kernel_set& decode_kernels() {
+#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
+  return dispatched_decode_kernels();
+#else
+  return compiled_decode_kernels();
+#endif
+}
+}  // namespace RAZORKV_DETAIL_ISA
 
 }  // namespace detail
 RAZORKV_END_NAMESPACE

@@ -17,7 +17,6 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/decode_kernels.hpp"
-#include "razorkv/detail/dispatch.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/detail/softmax.hpp"
@@ -269,8 +268,11 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
   std::pmr::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot, resource);
   std::pmr::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass), resource);
   std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
+  const decode_kernel_set& kernel_set = decode_kernels();  // may throw (below: the fan-out)
   const std::size_t scratch_per_pass =
-      std::is_same_v<T, kernel_row_t<T>> ? 0 : static_cast<std::size_t>(2 * kWidenRows * head_dim);
+      std::is_same_v<T, Eigen::half> && !kernel_set.half_in_registers
+          ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
+          : 0;
   std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
@@ -282,6 +284,7 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
     }
   };
 
+  const attend_head_table<T>& kernels = kernel_set.of<T>();
   run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
     const pass& task = passes[static_cast<std::size_t>(p)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
@@ -313,13 +316,9 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
     const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
     const Acc* head_queries =
         work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
-    dispatch_head_dim(head_dim, [&](auto dim_constant) {
-      dispatch_pow2_upto8(task.width, [&](auto width_constant) {
-        attend_head<T, decltype(width_constant)::value, decltype(dim_constant)::value>(
-            head_spans, num_head_spans, head_dim, head_queries, visible, out, widened, task.begin,
-            task.end, maybe_max, den, logits, logits_stride);
-      });
-    });
+    kernels.find(task.width, head_dim)(head_spans, num_head_spans, head_dim, head_queries, visible,
+                                       out, widened, task.begin, task.end, maybe_max, den, logits,
+                                       logits_stride);
     if (keep_state) {
       for (index_t q = 0; q < task.width; ++q) {
         const Acc inverse = Acc(1) / whole_den[q];

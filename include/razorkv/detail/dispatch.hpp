@@ -1,52 +1,75 @@
-// razorkv/detail/dispatch.hpp: turns a runtime head_dim into a compile-time constant for the
-// dims the kernels specialise, with a dynamic fallback (0) for every other value.
+// razorkv/detail/dispatch.hpp: the table of decode kernels of one ISA, indexed by pass width and
+// head dim, through which the scheduler calls a kernel whether it was compiled here or picked at
+// run time.
 #pragma once
 
-#include <type_traits>
-#include <utility>
+#include <Eigen/Core>
 
+#include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-/// Calls f(std::integral_constant<int, D>{}) with D == head_dim when head_dim is one of the
-/// specialised dims (64, 80, 96, 128, 256), else with D == 0, meaning "read it at run time".
-/// Every dim works; the listed ones get fully unrolled inner loops.
-template <class F>
-decltype(auto) dispatch_head_dim(index_t head_dim, F&& f) {
-  switch (head_dim) {
-    case 64:
-      return std::forward<F>(f)(std::integral_constant<int, 64>{});
-    case 80:
-      return std::forward<F>(f)(std::integral_constant<int, 80>{});
-    case 96:
-      return std::forward<F>(f)(std::integral_constant<int, 96>{});
-    case 128:
-      return std::forward<F>(f)(std::integral_constant<int, 128>{});
-    case 256:
-      return std::forward<F>(f)(std::integral_constant<int, 256>{});
-    default:
-      return std::forward<F>(f)(std::integral_constant<int, 0>{});
-  }
+/// attend_head's signature (decode_kernels.hpp), the same for every ISA.
+template <class T>
+using attend_head_fn = void (*)(const kv_span<T>*, index_t, index_t, const accum_t<T>*,
+                                const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t,
+                                accum_t<T>*, accum_t<T>*, float*, index_t);
+
+// The pass widths (query vectors per kernel call) and head dims the kernels are specialised for;
+// dim 0 reads the head dim at run time and serves every other dim.
+inline constexpr int kKernelWidths[] = {1, 2, 4, 8};
+inline constexpr int kKernelDims[] = {0, 64, 80, 96, 128, 256};
+inline constexpr int kNumKernelWidths = 4;
+inline constexpr int kNumKernelDims = 6;
+
+/// Index of a pass width (1, 2, 4 or 8) in kKernelWidths.
+constexpr int kernel_width_index(index_t width) noexcept {
+  return width >= 8 ? 3 : width >= 4 ? 2 : width >= 2 ? 1 : 0;
 }
 
-/// Calls f(std::integral_constant<int, N>{}) for N == n, n in {1, 2, 4, 8}.
-template <class F>
-decltype(auto) dispatch_pow2_upto8(index_t n, F&& f) {
-  switch (n) {
-    case 1:
-      return std::forward<F>(f)(std::integral_constant<int, 1>{});
-    case 2:
-      return std::forward<F>(f)(std::integral_constant<int, 2>{});
-    case 4:
-      return std::forward<F>(f)(std::integral_constant<int, 4>{});
-    default:
-      RAZORKV_DASSERT(n == 8);
-      return std::forward<F>(f)(std::integral_constant<int, 8>{});
+/// Index in kKernelDims of the kernel that serves head_dim: its own, or the run-time one.
+constexpr int kernel_dim_index(index_t head_dim) noexcept {
+  for (int i = 1; i < kNumKernelDims; ++i) {
+    if (kKernelDims[i] == head_dim) return i;
   }
+  return 0;
 }
+
+/// Every attend_head of one storage dtype, [width index][dim index].
+template <class T>
+struct attend_head_table {
+  attend_head_fn<T> kernel[kNumKernelWidths][kNumKernelDims];
+
+  constexpr attend_head_fn<T> find(index_t width, index_t head_dim) const noexcept {
+    return kernel[kernel_width_index(width)][kernel_dim_index(head_dim)];
+  }
+};
+
+/// Every decode kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
+struct decode_kernel_set {
+  const char* isa;
+  bool half_in_registers;  // else the scheduler hands each half pass a widening scratch buffer
+  attend_head_table<float> f32;
+  attend_head_table<double> f64;
+  attend_head_table<Eigen::half> f16;
+  attend_head_table<Eigen::bfloat16> bf16;
+
+  template <class T>
+  constexpr const attend_head_table<T>& of() const noexcept {
+    if constexpr (std::is_same_v<T, float>)
+      return f32;
+    else if constexpr (std::is_same_v<T, double>)
+      return f64;
+    else if constexpr (std::is_same_v<T, Eigen::half>)
+      return f16;
+    else
+      return bf16;
+  }
+};
 
 }  // namespace detail
 RAZORKV_END_NAMESPACE

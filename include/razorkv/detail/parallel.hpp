@@ -36,5 +36,24 @@ void run_parallel(const parallel_for_fn& hook, index_t count, Body&& body) {
   for (index_t i = 0; i < count; ++i) body(i);
 }
 
+/// The fan-out run_parallel takes when the caller gives no hook, as a hook: OpenMP's pool when
+/// the translation unit that calls it is compiled with OpenMP, else none (a plain loop). Decode
+/// resolves it where decode_attention is called and hands it to the scheduler, so that a
+/// scheduler compiled elsewhere (razorkv::kernels, built without OpenMP) fans out as its caller
+/// was built to.
+inline const parallel_for_fn& default_parallel_for() {
+#if defined(_OPENMP)
+  static const parallel_for_fn openmp = [](index_t count,
+                                           const std::function<void(index_t)>& body) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (index_t i = 0; i < count; ++i) body(i);
+  };
+  return openmp;
+#else
+  static const parallel_for_fn none;
+  return none;
+#endif
+}
+
 }  // namespace detail
 RAZORKV_END_NAMESPACE

@@ -1,5 +1,5 @@
-// razorkv/detail/simd.hpp: widening of stored rows (half, bfloat16) to float with vector
-// instructions where the compiler targets them (AVX-512F, F16C), and a portable fallback.
+// razorkv/detail/simd.hpp: the vector types of the target ISA, widening of stored rows (half,
+// bfloat16) to float in vector instructions where the compiler targets them, and a vector exp.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,42 @@
 #include <immintrin.h>
 #endif
 
+// The vector instruction set this translation unit is compiled for. Everything whose code depends
+// on it (this header, the decode kernels) lives in an inline namespace named after it, so that
+// translation units compiled for different ISAs never share the definition of an inline function:
+// razorkv::kernels compiles the decode kernels once per ISA and picks one at run time, and the
+// linker must not swap an AVX-512 copy of a helper into the SSE2 kernels. The name promises "at
+// least these instructions" (a -march=native build on an AVX-512 CPU is isa_avx512 as well).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RAZORKV_DETAIL_ISA isa_avx512
+#define RAZORKV_DETAIL_ISA_NAME "avx512"
+#elif defined(__AVX512F__)
+#define RAZORKV_DETAIL_ISA isa_avx512f
+#define RAZORKV_DETAIL_ISA_NAME "avx512f"
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RAZORKV_DETAIL_ISA isa_avx2
+#define RAZORKV_DETAIL_ISA_NAME "avx2"
+#elif defined(__AVX__) && defined(__F16C__)
+#define RAZORKV_DETAIL_ISA isa_avx_f16c
+#define RAZORKV_DETAIL_ISA_NAME "avx+f16c"
+#elif defined(__AVX__)
+#define RAZORKV_DETAIL_ISA isa_avx
+#define RAZORKV_DETAIL_ISA_NAME "avx"
+#elif defined(__x86_64__) || defined(_M_X64)
+#define RAZORKV_DETAIL_ISA isa_sse2
+#define RAZORKV_DETAIL_ISA_NAME "sse2"
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#define RAZORKV_DETAIL_ISA isa_neon
+#define RAZORKV_DETAIL_ISA_NAME "neon"
+#else
+#define RAZORKV_DETAIL_ISA isa_generic
+#define RAZORKV_DETAIL_ISA_NAME "generic"
+#endif
+
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
+inline namespace RAZORKV_DETAIL_ISA {
 
 // IEEE binary16 -> binary32 without branches (selects only), so that the compiler can
 // vectorise the loop that calls it when no F16C instruction is available. Exact for zeros,
@@ -43,6 +77,20 @@ inline float bfloat16_bits_to_float(std::uint16_t b) noexcept {
   float result;
   std::memcpy(&result, &bits, sizeof(result));
   return result;
+}
+
+/// One stored element as the accumulation type, without Eigen's out-of-line conversions (which
+/// would be shared between translation units compiled for different ISAs; see above).
+template <class Acc, class S>
+inline Acc to_accum(S x) noexcept {
+  if constexpr (std::is_same_v<S, Eigen::half> || std::is_same_v<S, Eigen::bfloat16>) {
+    std::uint16_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return static_cast<Acc>(std::is_same_v<S, Eigen::half> ? half_bits_to_float(bits)
+                                                           : bfloat16_bits_to_float(bits));
+  } else {
+    return static_cast<Acc>(x);
+  }
 }
 
 /// dst[0, n) = float(src[0, n)) for a 16-bit source. Float and double rows are never widened:
@@ -269,5 +317,59 @@ inline Acc simd_sum(simd_t<Acc> v) noexcept {
 }
 #endif
 
+/// Lane-wise maximum (a > b ? a : b, maxps' rule: a NaN in b wins only where a is not greater).
+template <class Acc>
+inline simd_t<Acc> simd_max(simd_t<Acc> a, simd_t<Acc> b) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  return a > b ? a : b;
+#else
+  simd_t<Acc> r;
+  for (int i = 0; i < simd_lanes<Acc>; ++i)
+    r.lane[i] = a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i];
+  return r;
+#endif
+}
+
+/// Largest lane.
+template <class Acc>
+inline Acc simd_max_lane(simd_t<Acc> v) noexcept {
+  Acc m = v[0];
+  for (int i = 1; i < simd_lanes<Acc>; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef std::int32_t simd_i32_t __attribute__((vector_size(kVectorBytes)));
+
+/// exp of every lane, for softmax weights: within 2 ulp of std::exp for x >= -87.3 (Cephes' expf
+/// polynomial on [-ln2/2, ln2/2], scaled by 2^n built in the exponent bits); 0 below, where
+/// exp(x) < 2^-126 is not a normal float and weighs nothing against a row's maximum of 1; NaN
+/// stays NaN. Inputs above 88 are clamped to it (softmax never passes them: x = logit - max <= 0).
+inline simd_t<float> simd_exp(simd_t<float> x) noexcept {
+  const simd_t<float> lowest = simd_broadcast(-87.33654f), highest = simd_broadcast(88.0f);
+  const simd_i32_t underflows = x < lowest;
+  x = x > highest ? highest : x;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (round to nearest in the adder), r = x - n ln 2
+  // in two parts so that r is exact to float precision.
+  const simd_t<float> magic = simd_broadcast(12582912.0f);
+  simd_t<float> n = (x * simd_broadcast(1.44269504088896341f) + magic) - magic;
+  n = n == n ? n : simd_t<float>{};  // a NaN keeps its NaN through p below, not through 2^n
+  const simd_t<float> r =
+      (x - n * simd_broadcast(0.693359375f)) - n * simd_broadcast(-2.12194440e-4f);
+  simd_t<float> p = simd_broadcast(1.9875691500e-4f);
+  p = p * r + simd_broadcast(1.3981999507e-3f);
+  p = p * r + simd_broadcast(8.3334519073e-3f);
+  p = p * r + simd_broadcast(4.1665795894e-2f);
+  p = p * r + simd_broadcast(1.6666665459e-1f);
+  p = p * r + simd_broadcast(5.0000001201e-1f);
+  p = p * (r * r) + r + simd_broadcast(1.0f);
+  const simd_i32_t exponent = (__builtin_convertvector(n, simd_i32_t) + 127) << 23;
+  simd_t<float> scale;
+  std::memcpy(&scale, &exponent, sizeof(scale));
+  return underflows ? simd_t<float>{} : p * scale;
+}
+#endif
+
+}  // namespace RAZORKV_DETAIL_ISA
 }  // namespace detail
 RAZORKV_END_NAMESPACE
