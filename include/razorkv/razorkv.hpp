@@ -10,10 +10,12 @@
 #include "razorkv/core/eigen.hpp"
 #include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/core/thread_pool.hpp"
 
 #include "razorkv/cache/any_cache.hpp"
 #include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/dense_cache.hpp"
+#include "razorkv/cache/huge_page_resource.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/cache/paged_view.hpp"
 

@@ -7,9 +7,11 @@
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/cache/dense_cache.hpp>
 #include <razorkv/compress/razor_cache.hpp>
+#include <razorkv/core/thread_pool.hpp>
 #include <razorkv/policies/h2o.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <random>
 #include <thread>
@@ -19,6 +21,7 @@
 #include <omp.h>
 #endif
 
+#include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -123,12 +126,67 @@ TEST(ThreadedDecode, SplitAndWholeHeadsOnAPoolEqualSerialBitForBit) {
       EXPECT_EQ(pooled.out, alone.out) << workers << " workers, " << tokens << " tokens";
       expect_same_weights(pooled.weights, alone.weights);
     }
+    // razorkv's own thread_pool, as an engine without a pool would use it: the caller and three
+    // workers, step after step (a worker may wake after its step is done, and must not touch it).
+    razorkv::thread_pool pool(3);
+    options.parallel_for = pool.parallel_for();
+    for (int step = 0; step < 20; ++step) {
+      const decoded pooled = decode(cache, queries, tokens, options);
+      ASSERT_EQ(pooled.out, alone.out)
+          << "thread_pool, step " << step << ", " << tokens << " tokens";
+      expect_same_weights(pooled.weights, alone.weights);
+    }
     // The default fan-out: OpenMP's pool in the OpenMP build, else the plain loop.
     options.parallel_for = {};
     const decoded by_default = decode(cache, queries, tokens, options);
     EXPECT_EQ(by_default.out, alone.out) << tokens << " tokens";
     expect_same_weights(by_default.weights, alone.weights);
   }
+}
+
+// thread_pool runs every task exactly once, on the caller and its workers, over many calls in a
+// row (each call's tasks are claimed under its own generation; a worker that slept through a call
+// claims nothing of it), for any number of tasks and of workers.
+TEST(ThreadPool, RunsEveryTaskOnceCallAfterCall) {
+  for (const int workers : {0, 1, 3}) {
+    razorkv::thread_pool pool(workers);
+    EXPECT_EQ(pool.workers(), workers);
+    std::vector<std::atomic<int>> runs(300);
+    for (int call = 0; call < 400; ++call) {
+      const index_t count = call % 7 == 0 ? 0 : (call * 37) % 300 + 1;
+      for (auto& r : runs) r.store(0);
+      pool.run(count, [&](index_t i) { runs[static_cast<std::size_t>(i)].fetch_add(1); });
+      for (index_t i = 0; i < 300; ++i) {
+        ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), i < count ? 1 : 0)
+            << workers << " workers, call " << call << ", task " << i << " of " << count;
+      }
+    }
+  }
+  RAZORKV_EXPECT_ERROR(razorkv::thread_pool(-1), kInvalidArgument,
+                       "thread_pool: workers (-1) must be >= 0");
+}
+
+// A call made while the pool is busy with another thread's call does not wait for it: it runs its
+// tasks on its own thread. (The busy call's tasks block until the second call has returned, so a
+// second call that waited for the pool would never return.)
+TEST(ThreadPool, ACallWhileThePoolIsBusyRunsOnItsCaller) {
+  razorkv::thread_pool pool(2);
+  std::atomic<bool> second_done{false};
+  std::atomic<int> blocked{0};
+  std::thread busy([&] {
+    pool.run(3, [&](index_t) {
+      blocked.fetch_add(1);
+      while (!second_done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+  });
+  while (blocked.load() == 0) std::this_thread::yield();  // the busy call has started
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> on_caller{0};
+  pool.run(50, [&](index_t) { on_caller.fetch_add(std::this_thread::get_id() == caller ? 1 : 0); });
+  EXPECT_EQ(on_caller.load(), 50);
+  second_done.store(true);
+  busy.join();
+  EXPECT_EQ(blocked.load(), 3);
 }
 
 TEST(ThreadedDecode, ABatchOfSplitSequencesWithWeightsOnAPool) {

@@ -7,6 +7,7 @@
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/attention/reference.hpp>
 #include <razorkv/cache/any_cache.hpp>
+#include <razorkv/cache/huge_page_resource.hpp>
 #include <razorkv/compress/razor_cache.hpp>
 #include <razorkv/compress/razor_state.hpp>
 
@@ -427,6 +428,60 @@ TEST(RazorkvRazorMemory, EveryRowComesFromTheCachesResourceAndGoesBack) {
   }
   EXPECT_GT(pool.allocations, 0);
   EXPECT_EQ(pool.smallest_alignment, 64u);
+}
+
+// huge_page_resource maps the blocks it is given on 2 MiB boundaries (where it maps at all), hands
+// the small ones to its upstream, and gives every byte back.
+TEST(RazorkvHugePageResource, MapsLargeBlocksOnHugePageBoundariesAndPassesSmallOnesOn) {
+  constexpr std::size_t kHuge = razorkv::huge_page_resource::kHugePageBytes;
+  counting_resource upstream;
+  {
+    razorkv::huge_page_resource pages(&upstream);
+    const std::size_t big_bytes = 3 * kHuge + 5;
+    void* big = pages.allocate(big_bytes, 64);
+    if (razorkv::huge_page_resource::maps_blocks()) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big) % kHuge, 0u);
+      EXPECT_EQ(upstream.allocations, 0);
+    } else {
+      EXPECT_EQ(upstream.allocations, 1);
+    }
+    std::memset(big, 0x5a, big_bytes);  // every byte asked for is there and writable
+    void* small = pages.allocate(1000, 64);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small) % 64, 0u);
+    EXPECT_EQ(
+        upstream.outstanding,
+        1000 + (razorkv::huge_page_resource::maps_blocks() ? 0 : static_cast<long>(big_bytes)));
+    pages.deallocate(small, 1000, 64);
+    pages.deallocate(big, big_bytes, 64);
+    EXPECT_EQ(upstream.outstanding, 0);
+    EXPECT_TRUE(pages.is_equal(pages));
+    EXPECT_FALSE(pages.is_equal(upstream));
+  }
+  RAZORKV_EXPECT_ERROR(razorkv::huge_page_resource(nullptr, 0), kInvalidArgument,
+                       "huge_page_resource: min_bytes (0) must be > 0");
+}
+
+// A cache on mapped blocks (a low threshold, so that this small test's rows are mapped) holds and
+// decodes what a heap cache does, through compression, decode growth and copies.
+TEST(RazorkvHugePageResource, ACacheOnItHoldsWhatAHeapCacheHolds) {
+  std::mt19937_64 rng(1214);
+  const prompt<float> layer(600, rng);
+  razorkv::huge_page_resource pages(nullptr, 1024);
+  for (const razor_config& config : every_config()) {
+    SCOPED_TRACE(::testing::Message() << razorkv::decode_mode_name(config.decode));
+    razor_kv_cache<float> mapped(test_plan(), config, &pages), heap(test_plan(), config);
+    mapped.compress_layer(0, layer.key_view(0, 500), layer.value_view(0, 500));
+    heap.compress_layer(0, layer.key_view(0, 500), layer.value_view(0, 500));
+    for (index_t t = 500; t < 600; ++t) {
+      mapped.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+      heap.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
+    }
+    const razor_kv_cache<float> copy = mapped;
+    for (index_t h = 0; h < kHeads; ++h) {
+      EXPECT_EQ(head_bits(mapped, h), head_bits(heap, h));
+      EXPECT_EQ(head_bits(copy, h), head_bits(heap, h));
+    }
+  }
 }
 
 // A pool that runs out at any allocation of a compression, a chunk or a decode step: the call
