@@ -1,18 +1,31 @@
 // Decode-attention benchmarks: a DRAM read-bandwidth baseline, a plain-Eigen decode baseline,
 // razorkv's decode kernel over the dense cache and over the RazorAttention cache, and the
-// compression itself, on one Llama-3-8B-like layer (32 query heads, 8 kv heads, dim 128).
-// Every case reports the unique K/V bytes it reads per second. Threads: OMP_NUM_THREADS.
+// compression itself, on one Llama-3-8B-like layer (8 kv heads, head_dim 128) read by 8, 32 or
+// 64 query heads (MHA, GQA group 4, GQA group 8), in float, half and bfloat16. Every case
+// reports the unique K/V bytes it reads per second. Threads: OMP_NUM_THREADS.
 #include <benchmark/benchmark.h>
 
 #include <razorkv/razorkv.hpp>
 
 #include "bench_support.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <memory_resource>
+#include <optional>
+#include <thread>
+#include <utility>
 #include <vector>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 namespace {
 
@@ -36,17 +49,17 @@ void BM_MemoryRead_Sum(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * static_cast<std::int64_t>(sizeof(float)));
   state.counters["threads"] = threads();
+  state.SetLabel(razorkv::decode_kernel_isa());
 }
 
 // Baseline: decode written the plain way with Eigen, one query head at a time
 // (scores = K q, softmax, out = V^T p), parallel over kv heads like razorkv.
 template <class T>
 void BM_Decode_PlainEigen(benchmark::State& state) {
-  const index_t tokens = state.range(0);
+  const index_t tokens = state.range(0), group = state.range(1);
   const auto& cache = layer_cache<T>(tokens);
-  const std::vector<float> queries = make_queries();
+  const std::vector<float> queries = make_queries(kKvHeads * group);
   std::vector<float> out(queries.size());
-  const index_t group = kQueryHeads / kKvHeads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   for (auto _ : state) {
 #if defined(_OPENMP)
@@ -72,44 +85,51 @@ void BM_Decode_PlainEigen(benchmark::State& state) {
   state.counters["threads"] = threads();
 }
 
-// Times razorkv's decode kernel on `cache` and reports `bytes` per iteration.
+// Times razorkv's decode kernel on `cache`, read by `group` query heads per kv head, and reports
+// `bytes` per iteration; the label names the kernels' instruction set.
 template <class Cache>
-void time_decode(benchmark::State& state, const Cache& cache, std::int64_t bytes) {
-  const std::vector<float> queries = make_queries();
+void time_decode(benchmark::State& state, const Cache& cache, index_t group, std::int64_t bytes) {
+  const index_t query_heads = kKvHeads * group;
+  const std::vector<float> queries = make_queries(query_heads);
   std::vector<float> out(queries.size());
-  const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kHeadDim);
-  const razorkv::matrix_view<float> o(out.data(), kQueryHeads, kHeadDim);
+  const razorkv::matrix_view<const float> q(queries.data(), query_heads, kHeadDim);
+  const razorkv::matrix_view<float> o(out.data(), query_heads, kHeadDim);
+  razorkv::decode_workspace workspace;
+  razorkv::attention_options options;
+  options.workspace = &workspace;
   for (auto _ : state) {
-    razorkv::decode_attention(cache, 0, q, o);
+    razorkv::decode_attention(cache, 0, q, o, options);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads();
+  state.SetLabel(razorkv::decode_kernel_isa());
 }
 
 // razorkv's decode kernel: every query head of a GQA group in one pass over the group's K/V.
 template <class T>
 void BM_Decode_Razorkv(benchmark::State& state) {
   const index_t tokens = state.range(0);
-  time_decode(state, layer_cache<T>(tokens), unique_kv_bytes<T>(tokens));
+  time_decode(state, layer_cache<T>(tokens), state.range(1), unique_kv_bytes<T>(tokens));
 }
 
-// The RazorAttention plan of the layer: 1 of its 8 kv groups keeps its full cache (12.5%, the
-// closest a single layer gets to the paper's 15%); the paper's defaults N0 = 4, S0 = 4000, C = 5.
-razorkv::head_plan razor_plan() {
-  razorkv::head_plan plan(razorkv::model_shape{1, kQueryHeads, kKvHeads, kHeadDim});
+// The RazorAttention plan of the layer read by `group` query heads per kv head: 1 of its 8 kv
+// groups keeps its full cache (12.5%, the closest a single layer gets to the paper's 15%); the
+// paper's defaults N0 = 4, S0 = 4000, C = 5.
+razorkv::head_plan razor_plan(index_t group = 1) {
+  razorkv::head_plan plan(razorkv::model_shape{1, kKvHeads * group, kKvHeads, kHeadDim});
   plan.set_retrieval(0, 3, true);
   return plan;
 }
 
 template <class T>
-const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens) {
-  static std::map<index_t, std::unique_ptr<razorkv::razor_kv_cache<T>>> caches;
-  auto& slot = caches[tokens];
+const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens, index_t group) {
+  static std::map<std::pair<index_t, index_t>, std::unique_ptr<razorkv::razor_kv_cache<T>>> caches;
+  auto& slot = caches[{tokens, group}];
   if (!slot) {
     slot = std::make_unique<razorkv::razor_kv_cache<T>>(
-        razorkv::compress_cache(layer_cache<T>(tokens), razor_plan(), {}));
+        razorkv::compress_cache(layer_cache<T>(tokens), razor_plan(group), {}));
   }
   return *slot;
 }
@@ -118,30 +138,36 @@ const razorkv::razor_kv_cache<T>& razor_cache(index_t tokens) {
 // razor cache holds; dense_over_razor is the byte ratio the speed-up is measured against.
 template <class T>
 void BM_Decode_RazorCache(benchmark::State& state) {
-  const auto& cache = razor_cache<T>(state.range(0));
-  time_decode(state, cache, cache.kv_bytes());
+  const auto& cache = razor_cache<T>(state.range(0), state.range(1));
+  time_decode(state, cache, state.range(1), cache.kv_bytes());
   state.counters["dense_over_razor"] =
       static_cast<double>(cache.dense_kv_bytes()) / static_cast<double>(cache.kv_bytes());
 }
 
 // Compression of the prefilled layer into a razor cache, reading the dense cache in place.
-// Bytes are the prefill's K/V, each read once. kReuse: the cache is cleared and refilled each
-// iteration, as an engine refills the cache of a slot request after request; otherwise a new
-// cache is built each time and also pays the kernel for zeroing its new pages on first touch.
-template <class T, bool kReuse>
+// Bytes are the prefill's K/V, each read once. kReused: the cache is cleared and refilled each
+// iteration, as an engine refills the cache of a slot request after request. kFresh: a new
+// cache each time, which also pays the OS for the first touch of its new pages. kFreshHugePages:
+// a new cache each time on a huge_page_resource (2 MiB pages where the system offers them).
+enum class compress_into { kReused, kFresh, kFreshHugePages };
+
+template <class T, compress_into kInto>
 void compress_layer_case(benchmark::State& state) {
   const index_t tokens = state.range(0);
   const auto& dense = layer_cache<T>(tokens);
   const razorkv::head_plan plan = razor_plan();
-  razorkv::razor_kv_cache<T> slot(plan, {});
+  razorkv::huge_page_resource huge_pages;
+  std::pmr::memory_resource* resource =
+      kInto == compress_into::kFreshHugePages ? &huge_pages : std::pmr::get_default_resource();
+  razorkv::razor_kv_cache<T> slot(plan, {}, resource);
   slot.compress_layer(0, dense.keys(0), dense.values(0));  // the slot's buffers exist before timing
   for (auto _ : state) {
-    if (kReuse) {
+    if (kInto == compress_into::kReused) {
       slot.clear(0);
       slot.compress_layer(0, dense.keys(0), dense.values(0));
       benchmark::DoNotOptimize(&slot);
     } else {
-      razorkv::razor_kv_cache<T> cache(plan, {});
+      razorkv::razor_kv_cache<T> cache(plan, {}, resource);
       cache.compress_layer(0, dense.keys(0), dense.values(0));
       benchmark::DoNotOptimize(&cache);
     }
@@ -153,52 +179,129 @@ void compress_layer_case(benchmark::State& state) {
 
 template <class T>
 void BM_Compress_RazorCache(benchmark::State& state) {
-  compress_layer_case<T, true>(state);
+  compress_layer_case<T, compress_into::kReused>(state);
 }
 template <class T>
 void BM_Compress_RazorCache_FreshAllocation(benchmark::State& state) {
-  compress_layer_case<T, false>(state);
+  compress_layer_case<T, compress_into::kFresh>(state);
+}
+template <class T>
+void BM_Compress_RazorCache_FreshHugePages(benchmark::State& state) {
+  compress_layer_case<T, compress_into::kFreshHugePages>(state);
 }
 
+// A thread that spins on the machine's last core for as long as it lives: another process's
+// work on one of the cores, as a shared machine has.
+class busy_core {
+ public:
+  busy_core()
+      : thread_([this] {
+#if defined(__linux__)
+          cpu_set_t cpus;
+          CPU_ZERO(&cpus);
+          CPU_SET(static_cast<int>(std::thread::hardware_concurrency()) - 1, &cpus);
+          pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+#endif
+          while (!stop_.load(std::memory_order_relaxed)) {
+          }
+        }) {
+  }
+  ~busy_core() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Decode of the Llama-3-8B-like layer (GQA 4, float) with one core busy (contended:1) or not,
+// fanned out three ways: fanout 0 runs on the calling thread alone, 1 is the default (OpenMP's
+// pool of OMP_NUM_THREADS threads in this binary), 2 is a razorkv::thread_pool of one worker per
+// other hardware thread plus the caller.
+void BM_Decode_FanOut(benchmark::State& state) {
+  const index_t tokens = state.range(0);
+  const auto fanout = state.range(1);
+  std::optional<busy_core> busy;
+  if (state.range(2) != 0) busy.emplace();
+  const index_t group = 4, query_heads = kKvHeads * group;
+  const auto& cache = layer_cache<float>(tokens);
+  const std::vector<float> queries = make_queries(query_heads);
+  std::vector<float> out(queries.size());
+  razorkv::thread_pool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) -
+                            1);
+  razorkv::decode_workspace workspace;
+  razorkv::attention_options options;
+  options.workspace = &workspace;
+  if (fanout == 0) {
+    options.parallel_for = [](index_t count, const std::function<void(index_t)>& body) {
+      for (index_t i = 0; i < count; ++i) body(i);
+    };
+  } else if (fanout == 2) {
+    options.parallel_for = pool.parallel_for();
+  }
+  const razorkv::matrix_view<const float> q(queries.data(), query_heads, kHeadDim);
+  const razorkv::matrix_view<float> o(out.data(), query_heads, kHeadDim);
+  for (auto _ : state) {
+    razorkv::decode_attention(cache, 0, q, o, options);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * unique_kv_bytes<float>(tokens));
+  state.SetLabel(fanout == 0 ? "one thread" : fanout == 1 ? "default" : "thread_pool");
+}
+
+// Dense decode: 4K tokens (32 MiB of float K/V, partly in cache) and 32K and 128K (cold), each
+// read by groups of 1 (MHA), 4 and 8 query heads per kv head.
 void decode_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens"})
-      ->Arg(4096)
-      ->Arg(32768)
-      ->Arg(131072)
+  b->ArgNames({"tokens", "group"})
+      ->ArgsProduct({{4096, 32768, 131072}, {1, 4, 8}})
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
 }
 // Long contexts for dense-vs-razor: the paper's window (4000 tokens) is most of a 16K prompt
 // and a fifth of a 64K or 256K one.
 void razor_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "group"})
+      ->ArgsProduct({{16384, 65536, 262144}, {1, 4, 8}})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+void compress_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"tokens"})
       ->Arg(16384)
       ->Arg(65536)
       ->Arg(262144)
       ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace
 
 BENCHMARK(BM_MemoryRead_Sum)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode_FanOut)
+    ->ArgNames({"tokens", "fanout", "contended"})
+    ->ArgsProduct({{4096, 32768}, {0, 1, 2}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::half)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_RazorCache, float)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::half)->Apply(razor_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_RazorCache, Eigen::half)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_RazorCache, Eigen::bfloat16)->Apply(razor_shapes);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)
-    ->Apply(razor_shapes)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)
-    ->Apply(razor_shapes)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, float)
-    ->Apply(razor_shapes)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)
-    ->Apply(razor_shapes)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::half)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, float)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::half)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, float)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, Eigen::half)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, Eigen::bfloat16)->Apply(compress_shapes);

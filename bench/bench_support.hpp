@@ -56,9 +56,9 @@ inline const razorkv::dense_kv_cache<T>& layer_cache(index_t tokens) {
   return *slot;
 }
 
-inline std::vector<float> make_queries() {
+inline std::vector<float> make_queries(index_t query_heads = kQueryHeads) {
   xorshift rng{12345};
-  std::vector<float> q(static_cast<std::size_t>(kQueryHeads * kHeadDim));
+  std::vector<float> q(static_cast<std::size_t>(query_heads * kHeadDim));
   for (auto& x : q) x = rng.next();
   return q;
 }

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The decode and compression figures of docs/benchmarks.md, from one command.
+
+Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
+razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
+the same cases, interleaved repetitions, and prints markdown tables of medians: each figure
+beside the read bandwidth (BM_MemoryRead_Sum) measured in the same run of the same binary.
+
+    OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+CASES = "MemoryRead|Decode_Razorkv|Decode_RazorCache|Decode_PlainEigen|Compress_RazorCache|Decode_FanOut"
+
+
+def run(binary, args):
+    """Medians (real time, bytes/s, label, counters) of every case, by name."""
+    command = [binary, f"--benchmark_filter={args.filter}", "--benchmark_format=json",
+               f"--benchmark_repetitions={args.repetitions}", f"--benchmark_min_time={args.min_time}",
+               "--benchmark_enable_random_interleaving=true"]
+    print("running:", " ".join(command), file=sys.stderr, flush=True)
+    report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
+    runs = {}
+    for b in report["benchmarks"]:
+        if b.get("run_type") != "iteration":
+            continue
+        runs.setdefault(b["run_name"], []).append(b)
+    medians = {}
+    for name, reps in runs.items():
+        medians[name] = {
+            "ms": statistics.median(r["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
+                                    for r in reps),
+            "gbs": statistics.median(r.get("bytes_per_second", 0.0) for r in reps) / 1e9,
+            "label": reps[0].get("label", ""),
+            "dense_over_razor": reps[0].get("dense_over_razor"),
+        }
+    return medians
+
+
+def case(kind, dtype, tokens, group=None):
+    name = f"BM_{kind}<{dtype}>/tokens:{tokens}"
+    return name + (f"/group:{group}" if group is not None else "") + "/real_time"
+
+
+def cases_of(medians, pattern):
+    found = set()
+    for name in medians:
+        m = re.match(pattern, name)
+        if m:
+            found.add(tuple(int(x) for x in m.groups()))
+    return sorted(found)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench_dir", help="the folder holding razorkv_bench and razorkv_bench_portable")
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--min-time", default="0.2")
+    parser.add_argument("--filter", default=CASES)
+    args = parser.parse_args()
+
+    native = run(os.path.join(args.bench_dir, "razorkv_bench"), args)
+    portable_path = os.path.join(args.bench_dir, "razorkv_bench_portable")
+    portable = run(portable_path, args) if os.path.exists(portable_path) else {}
+    read = {"native": native["BM_MemoryRead_Sum/real_time"]["gbs"]}
+    if portable:
+        read["portable"] = portable["BM_MemoryRead_Sum/real_time"]["gbs"]
+    threads = os.environ.get("OMP_NUM_THREADS", "all")
+    print(f"Read bandwidth (BM_MemoryRead_Sum): native run {read['native']:.1f} GB/s"
+          + (f", portable run {read['portable']:.1f} GB/s" if portable else "")
+          + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} interleaved repetitions.")
+    if portable:
+        isa = portable[next(iter(n for n in portable if n.startswith("BM_Decode_Razorkv")))]["label"]
+        print(f"Portable build's decode kernels: {isa} (chosen at run time).")
+    print()
+
+    dtypes = ["float", "Eigen::half", "Eigen::bfloat16"]
+    short = {"float": "float", "Eigen::half": "half", "Eigen::bfloat16": "bfloat16"}
+    group_name = {1: "MHA (1)", 4: "GQA 4", 8: "GQA 8"}
+
+    print("Dense decode (GB/s of K/V read; share of the same run's read bandwidth)\n")
+    print("| tokens | group | dtype | native | of read bw | portable | portable / native | plain Eigen |")
+    print("|-------:|-------|-------|-------:|-----------:|---------:|------------------:|------------:|")
+    for dtype in dtypes:
+        for tokens, group in cases_of(native, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
+            if tokens > 131072:
+                continue
+            n = native[case("Decode_Razorkv", dtype, tokens, group)]
+            p = portable.get(case("Decode_Razorkv", dtype, tokens, group))
+            e = native.get(case("Decode_PlainEigen", dtype, tokens, group))
+            row = (f"| {tokens:,} | {group_name.get(group, group)} | {short[dtype]} | {n['gbs']:.1f} "
+                   f"| {100 * n['gbs'] / read['native']:.0f}% ")
+            row += f"| {p['gbs']:.1f} | {p['gbs'] / n['gbs']:.2f} " if p else "| - | - "
+            row += f"| {e['gbs']:.1f} |" if e else "| - |"
+            print(row)
+    print()
+
+    print("Decode over the RazorAttention cache vs the dense cache (same layer; razor GB/s count "
+          "the bytes the razor cache holds)\n")
+    print("| tokens | group | dtype | dense | razor | speed-up | dense / razor bytes | razor GB/s | of read bw |")
+    print("|-------:|-------|-------|------:|------:|---------:|--------------------:|-----------:|-----------:|")
+    for dtype in dtypes:
+        for tokens, group in cases_of(native, rf"BM_Decode_RazorCache<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
+            d = native.get(case("Decode_Razorkv", dtype, tokens, group))
+            r = native[case("Decode_RazorCache", dtype, tokens, group)]
+            if d is None:
+                continue
+            print(f"| {tokens:,} | {group_name.get(group, group)} | {short[dtype]} | {d['ms']:.2f} ms "
+                  f"| {r['ms']:.2f} ms | {d['ms'] / r['ms']:.2f}x | {r['dense_over_razor']:.2f} "
+                  f"| {r['gbs']:.1f} | {100 * r['gbs'] / read['native']:.0f}% |")
+    print()
+
+    print("Compression (GB/s of the prefill's K/V read; into a reused cache, a freshly allocated one, "
+          "and a fresh one on a huge_page_resource)\n")
+    print("| tokens | dtype | reused | of read bw | fresh | fresh / reused time | fresh, huge pages "
+          "| huge pages / reused time | portable reused |")
+    print("|-------:|-------|-------:|-----------:|------:|--------------------:|------------------:"
+          "|-------------------------:|----------------:|")
+    for dtype in dtypes:
+        for (tokens,) in cases_of(native, rf"BM_Compress_RazorCache<{re.escape(dtype)}>/tokens:(\d+)/"):
+            reused = native[case("Compress_RazorCache", dtype, tokens)]
+            fresh = native.get(case("Compress_RazorCache_FreshAllocation", dtype, tokens))
+            huge = native.get(case("Compress_RazorCache_FreshHugePages", dtype, tokens))
+            p = portable.get(case("Compress_RazorCache", dtype, tokens))
+            print(f"| {tokens:,} | {short[dtype]} | {reused['gbs']:.1f} | {100 * reused['gbs'] / read['native']:.0f}% "
+                  + (f"| {fresh['gbs']:.1f} | {fresh['ms'] / reused['ms']:.2f} " if fresh else "| - | - ")
+                  + (f"| {huge['gbs']:.1f} | {huge['ms'] / reused['ms']:.2f} " if huge else "| - | - ")
+                  + (f"| {p['gbs']:.1f} |" if p else "| - |"))
+
+    print()
+
+    print("Threads: decode of the GQA-4 layer in float, ms, with one core busy with another thread "
+          "or not (native binary)\n")
+    print("| tokens | busy core | one thread | default (OpenMP) | vs one thread | thread_pool | vs one thread |")
+    print("|-------:|-----------|-----------:|-----------------:|--------------:|------------:|--------------:|")
+    for tokens, _, contended in cases_of(native, r"BM_Decode_FanOut/tokens:(\d+)/fanout:(0)/contended:(\d+)/"):
+        ms = [native[f"BM_Decode_FanOut/tokens:{tokens}/fanout:{f}/contended:{contended}/real_time"]["ms"]
+              for f in range(3)]
+        print(f"| {tokens:,} | {'yes' if contended else 'no'} | {ms[0]:.2f} | {ms[1]:.2f} | {ms[1] / ms[0]:.2f}x "
+              f"| {ms[2]:.2f} | {ms[2] / ms[0]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
