@@ -4,9 +4,12 @@
 
 #include <razorkv/detail/simd.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <vector>
 
 namespace {
@@ -92,5 +95,73 @@ TEST(RazorkvSimd, SumAddsEveryLane) {
   EXPECT_EQ(razorkv::detail::simd_sum<double>(razorkv::detail::simd_load(dvalues)),
             0.25 * dlanes * (dlanes - 1));
 }
+
+#if defined(__GNUC__) || defined(__clang__)
+// simd_sum_each gives each vector's simd_sum bit for bit (values of mixed magnitudes, so that a
+// different order of additions would show), for fewer, as many and more vectors than lanes.
+template <class Acc, int kN>
+void expect_sum_each_is_simd_sum(std::mt19937& rng) {
+  constexpr int lanes = razorkv::detail::simd_lanes<Acc>;
+  std::uniform_real_distribution<double> mantissa(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  razorkv::detail::simd_t<Acc> vectors[std::size_t{kN}];
+  Acc lane_values[std::size_t{lanes}];
+  for (int v = 0; v < kN; ++v) {
+    for (int i = 0; i < lanes; ++i)
+      lane_values[i] = static_cast<Acc>(std::ldexp(mantissa(rng), exponent(rng)));
+    vectors[v] = razorkv::detail::simd_load(lane_values);
+  }
+  Acc sums[std::size_t{kN}];
+  razorkv::detail::simd_sum_each<Acc, kN>(vectors, sums);
+  for (int v = 0; v < kN; ++v)
+    EXPECT_EQ(sums[v], razorkv::detail::simd_sum<Acc>(vectors[v]))
+        << kN << " vectors, vector " << v;
+}
+
+TEST(RazorkvSimd, SumEachIsSimdSumOfEachVector) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    expect_sum_each_is_simd_sum<float, 1>(rng);
+    expect_sum_each_is_simd_sum<float, 2>(rng);
+    expect_sum_each_is_simd_sum<float, 8>(rng);
+    expect_sum_each_is_simd_sum<float, 16>(rng);
+    expect_sum_each_is_simd_sum<float, 32>(rng);
+    expect_sum_each_is_simd_sum<double, 4>(rng);
+    expect_sum_each_is_simd_sum<double, 16>(rng);
+  }
+}
+
+// The vector exp against std::exp: within 2 ulp where exp is a normal float, 0 below, NaN kept.
+TEST(RazorkvSimd, ExpIsWithinTwoUlpOfStdExp) {
+  constexpr int lanes = razorkv::detail::simd_lanes<float>;
+  float in[lanes], out[lanes];
+  int worst_ulp = 0;
+  for (float x = -87.3f; x <= 88.0f; x += 0.00731f) {
+    for (int i = 0; i < lanes; ++i) in[i] = x + 0.0001f * static_cast<float>(i);
+    razorkv::detail::simd_store(out, razorkv::detail::simd_exp(razorkv::detail::simd_load(in)));
+    for (int i = 0; i < lanes; ++i) {
+      const float want = std::exp(in[i]);
+      if (!std::isnormal(want) || in[i] > 88.0f) continue;
+      std::int32_t a, b;
+      std::memcpy(&a, &out[i], sizeof(a));
+      std::memcpy(&b, &want, sizeof(b));
+      worst_ulp = std::max(worst_ulp, std::abs(a - b));
+    }
+  }
+  EXPECT_LE(worst_ulp, 2);
+  for (int i = 0; i < lanes; ++i) in[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? -100.0f : NAN;
+  razorkv::detail::simd_store(out, razorkv::detail::simd_exp(razorkv::detail::simd_load(in)));
+  for (int i = 0; i < lanes; ++i) {
+    if (i % 3 == 2) {
+      EXPECT_TRUE(std::isnan(out[i]));
+    } else {
+      EXPECT_EQ(out[i], 0.0f) << in[i];
+    }
+  }
+  in[0] = 0.0f;
+  razorkv::detail::simd_store(out, razorkv::detail::simd_exp(razorkv::detail::simd_load(in)));
+  EXPECT_EQ(out[0], 1.0f);
+}
+#endif
 
 }  // namespace

@@ -20,6 +20,10 @@
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
 
+#ifndef RAZORKV_DETAIL_PREFETCH_ROWS
+#define RAZORKV_DETAIL_PREFETCH_ROWS 1
+#endif
+
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 // The kernels are compiled per ISA (see RAZORKV_DETAIL_ISA in simd.hpp).
@@ -53,9 +57,17 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
       for (int r = 0; r < kRows; ++r) acc[q][r] += query * key[r];
     }
   }
+  // The kQ * kRows horizontal sums, folded together (as many shuffles as simd_sum spends on a
+  // few of them; the same sums bit for bit), then the columns past the last whole vector.
+  Acc sums[std::size_t{kQ * kRows}];
+#if defined(__GNUC__) || defined(__clang__)
+  simd_sum_each<Acc, kQ * kRows>(&acc[0][0], sums);
+#else
+  for (int i = 0; i < kQ * kRows; ++i) sums[i] = simd_sum<Acc>(acc[i / kRows][i % kRows]);
+#endif
   for (int q = 0; q < kQ; ++q) {
     for (int r = 0; r < kRows; ++r) {
-      Acc sum = simd_sum<Acc>(acc[q][r]);
+      Acc sum = sums[q * kRows + r];
       for (index_t c = vector_end; c < dim; ++c)
         sum += queries[q * dim + c] * to_accum<Acc>(keys[r * key_stride + c]);
       scores[q * kBlockRows + r] = sum;
@@ -156,10 +168,13 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
   }
 }
 
-// Software prefetch distance, in bytes of one stream (K or V). The hardware prefetchers alone
-// leave the kernel latency-bound: measured on Zen 5 with 2 threads, float, 64K tokens, decode
-// went from 24-28 GB/s without to 34-37 GB/s with 8-16 KB of look-ahead.
-inline constexpr index_t kPrefetchBytes = 16 * 1024;
+// Software prefetch look-ahead, in rows of one stream (K or V), by storage dtype; 0 leaves the
+// streams to the hardware prefetchers. Measured on Zen 4 (2 threads, 64K tokens, GQA 1, 4 and 8):
+// for float, one row ahead beat none by up to 1.5x at GQA 8 (where the arithmetic per byte is
+// highest) and beat 16-64 rows ahead by 5-20%; for 16-bit rows no prefetch beat every distance, by
+// up to 1.35x at GQA 1 and 4. (On Zen 5, 16 KB ahead had beaten none for float.)
+template <class T>
+inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? RAZORKV_DETAIL_PREFETCH_ROWS : 0;
 
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>
@@ -260,8 +275,6 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   Acc* key_scratch = scratch;
   Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
   index_t span_first_entry = 0;
-  const index_t prefetch_ahead =
-      std::max<index_t>(1, kPrefetchBytes / (dim * static_cast<index_t>(sizeof(T))));
 
   for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
     const kv_span<T>& span = spans[s];
@@ -281,8 +294,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         constexpr int kRows = kDotRows<kQ>;
         index_t r = 0;
         for (; r + kRows <= sub_rows; r += kRows) {
-          prefetch_rows(span.keys, first + sub + r + prefetch_ahead, kRows);
-          prefetch_rows(span.values, first + sub + r + prefetch_ahead, kRows);
+          if constexpr (kPrefetchRows < T >> 0) {
+            prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
+            prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
+          }
           dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride,
                                                           key_stride, dim, weights + sub + r);
         }

@@ -2,9 +2,12 @@
 // bfloat16) to float in vector instructions where the compiler targets them, and a vector exp.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -309,6 +312,65 @@ inline Acc simd_fold(typename simd_of_bytes<Acc, kBytes>::type v) noexcept {
 template <class Acc>
 inline Acc simd_sum(simd_t<Acc> v) noexcept {
   return simd_fold<Acc, kVectorBytes>(v);
+}
+
+// Lane indices for __builtin_shufflevector: the even (kOdd = 0) or odd segments of kSegment
+// lanes of a, then those of b (whose lanes are numbered from kW).
+template <int kW, int kSegment, int kOdd>
+struct segment_lanes {
+  static constexpr std::array<int, std::size_t{kW}> value = [] {
+    std::array<int, std::size_t{kW}> lanes{};
+    std::size_t n = 0;
+    for (int from = 0; from < 2; ++from) {
+      for (int segment = kOdd; segment < kW / kSegment; segment += 2) {
+        for (int t = 0; t < kSegment; ++t) lanes[n++] = from * kW + segment * kSegment + t;
+      }
+    }
+    return lanes;
+  }();
+};
+
+template <class Acc, int kSegment, int kOdd, std::size_t... kLane>
+inline simd_t<Acc> pick_segments(simd_t<Acc> a, simd_t<Acc> b,
+                                 std::index_sequence<kLane...>) noexcept {
+  return __builtin_shufflevector(a, b,
+                                 segment_lanes<simd_lanes<Acc>, kSegment, kOdd>::value[kLane]...);
+}
+
+// One level of simd_sum_each: the even segments of a and b plus their odd segments, so that each
+// of a's and b's lanes is added to the one kSegment lanes above it, as simd_fold does.
+template <class Acc, int kSegment>
+inline simd_t<Acc> fold_pair(simd_t<Acc> a, simd_t<Acc> b) noexcept {
+  const auto lanes = std::make_index_sequence<std::size_t{simd_lanes<Acc>}>{};
+  return pick_segments<Acc, kSegment, 0>(a, b, lanes) +
+         pick_segments<Acc, kSegment, 1>(a, b, lanes);
+}
+
+template <class Acc, int kSegment, int kCount>
+inline void fold_level(simd_t<Acc>* v) noexcept {
+  if constexpr (kSegment >= 1) {
+    if constexpr (kCount >= 2) {
+      for (int i = 0; i < kCount / 2; ++i) v[i] = fold_pair<Acc, kSegment>(v[2 * i], v[2 * i + 1]);
+      fold_level<Acc, kSegment / 2, kCount / 2>(v);
+    } else {
+      v[0] = fold_pair<Acc, kSegment>(v[0], v[0]);
+      fold_level<Acc, kSegment / 2, 1>(v);
+    }
+  }
+}
+
+/// sums[i] = the sum of the lanes of v[i], for i < kN (a power of two), each in simd_sum's order
+/// (so bit for bit simd_sum's result), but with the folds of kN vectors shared: a level of the
+/// tree folds two vectors with two shuffles and one add, where simd_sum spends that on one.
+template <class Acc, int kN>
+inline void simd_sum_each(const simd_t<Acc>* v, Acc* RAZORKV_RESTRICT sums) noexcept {
+  static_assert(kN > 0 && (kN & (kN - 1)) == 0, "razorkv: simd_sum_each folds a power of two");
+  constexpr int kW = simd_lanes<Acc>;
+  simd_t<Acc> level[std::size_t{kN}];
+  for (int i = 0; i < kN; ++i) level[i] = v[i];
+  fold_level<Acc, kW / 2, kN>(level);
+  // kN >= kW: vector m holds the sums of v[m * kW, (m + 1) * kW); else vector 0 holds all.
+  for (int i = 0; i < kN; ++i) sums[i] = level[i / kW][i % kW];
 }
 #else
 template <class Acc>
