@@ -149,7 +149,9 @@ void BM_Decode_RazorCache(benchmark::State& state) {
 // iteration, as an engine refills the cache of a slot request after request. kFresh: a new
 // cache each time, which also pays the OS for the first touch of its new pages. kFreshHugePages:
 // a new cache each time on a huge_page_resource (2 MiB pages where the system offers them).
-enum class compress_into { kReused, kFresh, kFreshHugePages };
+// kFreshKeptPages: the same on a huge_page_resource that keeps freed blocks, as an engine's
+// long-lived KV pool would: new cache objects, memory whose pages are already there.
+enum class compress_into { kReused, kFresh, kFreshHugePages, kFreshKeptPages };
 
 template <class T, compress_into kInto>
 void compress_layer_case(benchmark::State& state) {
@@ -157,8 +159,12 @@ void compress_layer_case(benchmark::State& state) {
   const auto& dense = layer_cache<T>(tokens);
   const razorkv::head_plan plan = razor_plan();
   razorkv::huge_page_resource huge_pages;
-  std::pmr::memory_resource* resource =
-      kInto == compress_into::kFreshHugePages ? &huge_pages : std::pmr::get_default_resource();
+  razorkv::huge_page_resource kept_pages(nullptr, razorkv::huge_page_resource::kHugePageBytes,
+                                         std::size_t{16} << 30);
+  std::pmr::memory_resource* resource = kInto == compress_into::kFreshHugePages ? &huge_pages
+                                        : kInto == compress_into::kFreshKeptPages
+                                            ? &kept_pages
+                                            : std::pmr::get_default_resource();
   razorkv::razor_kv_cache<T> slot(plan, {}, resource);
   slot.compress_layer(0, dense.keys(0), dense.values(0));  // the slot's buffers exist before timing
   for (auto _ : state) {
@@ -188,6 +194,10 @@ void BM_Compress_RazorCache_FreshAllocation(benchmark::State& state) {
 template <class T>
 void BM_Compress_RazorCache_FreshHugePages(benchmark::State& state) {
   compress_layer_case<T, compress_into::kFreshHugePages>(state);
+}
+template <class T>
+void BM_Compress_RazorCache_FreshKeptPages(benchmark::State& state) {
+  compress_layer_case<T, compress_into::kFreshKeptPages>(state);
 }
 
 // A thread that spins on the machine's last core for as long as it lives: another process's
@@ -305,3 +315,6 @@ BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)->App
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, float)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, Eigen::half)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshHugePages, Eigen::bfloat16)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshKeptPages, float)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshKeptPages, Eigen::half)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshKeptPages, Eigen::bfloat16)->Apply(compress_shapes);

@@ -117,20 +117,23 @@ def main():
     print()
 
     print("Compression (GB/s of the prefill's K/V read; into a reused cache, a freshly allocated one, "
-          "and a fresh one on a huge_page_resource)\n")
+          "a fresh one on a huge_page_resource, and a fresh one on a huge_page_resource that keeps "
+          "freed blocks)\n")
     print("| tokens | dtype | reused | of read bw | fresh | fresh / reused time | fresh, huge pages "
-          "| huge pages / reused time | portable reused |")
+          "| huge pages / reused time | fresh, kept pages | kept / reused time | portable reused |")
     print("|-------:|-------|-------:|-----------:|------:|--------------------:|------------------:"
-          "|-------------------------:|----------------:|")
+          "|-------------------------:|------------------:|-------------------:|----------------:|")
     for dtype in dtypes:
         for (tokens,) in cases_of(native, rf"BM_Compress_RazorCache<{re.escape(dtype)}>/tokens:(\d+)/"):
             reused = native[case("Compress_RazorCache", dtype, tokens)]
             fresh = native.get(case("Compress_RazorCache_FreshAllocation", dtype, tokens))
             huge = native.get(case("Compress_RazorCache_FreshHugePages", dtype, tokens))
+            kept = native.get(case("Compress_RazorCache_FreshKeptPages", dtype, tokens))
             p = portable.get(case("Compress_RazorCache", dtype, tokens))
             print(f"| {tokens:,} | {short[dtype]} | {reused['gbs']:.1f} | {100 * reused['gbs'] / read['native']:.0f}% "
                   + (f"| {fresh['gbs']:.1f} | {fresh['ms'] / reused['ms']:.2f} " if fresh else "| - | - ")
                   + (f"| {huge['gbs']:.1f} | {huge['ms'] / reused['ms']:.2f} " if huge else "| - | - ")
+                  + (f"| {kept['gbs']:.1f} | {kept['ms'] / reused['ms']:.2f} " if kept else "| - | - ")
                   + (f"| {p['gbs']:.1f} |" if p else "| - |"))
 
     print()

@@ -461,6 +461,29 @@ TEST(RazorkvHugePageResource, MapsLargeBlocksOnHugePageBoundariesAndPassesSmallO
                        "huge_page_resource: min_bytes (0) must be > 0");
 }
 
+// With keep_bytes, a freed block stays mapped and serves the next block of its mapped size, while
+// the blocks kept total at most keep_bytes; the rest go back to the OS.
+TEST(RazorkvHugePageResource, KeepsFreedBlocksUpToKeepBytesForReuse) {
+  if (!razorkv::huge_page_resource::maps_blocks()) GTEST_SKIP() << "no mmap on this system";
+  constexpr std::size_t kHuge = razorkv::huge_page_resource::kHugePageBytes;
+  razorkv::huge_page_resource pages(nullptr, kHuge, 4 * kHuge);
+  const std::size_t bytes = 3 * kHuge + 5;  // mapped as 4 huge pages
+  void* first = pages.allocate(bytes, 64);
+  std::memset(first, 1, bytes);
+  pages.deallocate(first, bytes, 64);
+  EXPECT_EQ(pages.kept_bytes(), 4 * kHuge);
+  void* again = pages.allocate(bytes, 64);
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(pages.kept_bytes(), 0u);
+  void* other = pages.allocate(bytes, 64);  // nothing kept: a new mapping
+  EXPECT_NE(other, first);
+  void* smaller = pages.allocate(kHuge, 64);  // another size is never served from a kept block
+  pages.deallocate(again, bytes, 64);
+  pages.deallocate(other, bytes, 64);  // over keep_bytes: unmapped
+  pages.deallocate(smaller, kHuge, 64);
+  EXPECT_EQ(pages.kept_bytes(), 4 * kHuge);
+}
+
 // A cache on mapped blocks (a low threshold, so that this small test's rows are mapped) holds and
 // decodes what a heap cache does, through compression, decode growth and copies.
 TEST(RazorkvHugePageResource, ACacheOnItHoldsWhatAHeapCacheHolds) {

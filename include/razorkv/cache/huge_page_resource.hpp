@@ -1,10 +1,12 @@
 // razorkv/cache/huge_page_resource.hpp: a memory resource for K/V storage that maps its large
-// blocks straight from the OS on 2 MiB boundaries, asking Linux to back them with huge pages.
+// blocks on 2 MiB boundaries, asks Linux to back them with huge pages, and can keep freed ones.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory_resource>
+#include <mutex>
 #include <new>
 
 #if defined(__linux__)
@@ -23,10 +25,14 @@ RAZORKV_BEGIN_NAMESPACE
 /// at a time where the system has transparent huge pages enabled ("always" or "madvise" in
 /// /sys/kernel/mm/transparent_hugepage/enabled), and its TLB misses during decode drop too.
 ///
-/// Blocks of at least `min_bytes` are mapped and unmapped on their own; smaller ones, and every
-/// block on systems without mmap, come from `upstream`. Thread-safe where upstream is (it keeps
-/// no state of its own). Pass it to razor_kv_cache (or any std::pmr container); it must outlive
-/// what it allocated. Allocation failure throws std::bad_alloc, as memory resources do.
+/// Blocks of at least `min_bytes` are mapped on their own; smaller ones, and every block on
+/// systems without mmap, come from `upstream`. A freed block is kept mapped, its pages already
+/// faulted in, while the blocks kept total at most `keep_bytes`, and serves the next block of the
+/// same mapped size: an engine that builds a new cache per request on one long-lived resource then
+/// pays the OS for its pages once, not per request. Beyond that (and for keep_bytes = 0) freed
+/// blocks go back to the OS. Thread-safe where upstream is. Pass it to razor_kv_cache (or any
+/// std::pmr container); it must outlive what it allocated, and unmaps what it keeps when it goes.
+/// Allocation failure throws std::bad_alloc, as memory resources do.
 class huge_page_resource final : public std::pmr::memory_resource {
  public:
   /// The huge page size the blocks are aligned to (x86-64 and aarch64 with 4 KiB base pages).
@@ -35,12 +41,20 @@ class huge_page_resource final : public std::pmr::memory_resource {
   /// \param upstream  where small blocks go; null means std::pmr::get_default_resource()
   /// \param min_bytes blocks at least this large are mapped on huge-page boundaries (default:
   ///                  one huge page; smaller blocks would waste most of one)
+  /// \param keep_bytes freed mapped blocks kept for reuse, in bytes of mappings (0: none)
   explicit huge_page_resource(std::pmr::memory_resource* upstream = nullptr,
-                              std::size_t min_bytes = kHugePageBytes)
+                              std::size_t min_bytes = kHugePageBytes, std::size_t keep_bytes = 0)
       : upstream_(upstream != nullptr ? upstream : std::pmr::get_default_resource()),
-        min_bytes_(min_bytes) {
+        min_bytes_(min_bytes),
+        keep_bytes_(keep_bytes) {
     RAZORKV_CHECK(min_bytes > 0, kInvalidArgument, "huge_page_resource: min_bytes (", min_bytes,
                   ") must be > 0");
+  }
+
+  ~huge_page_resource() override {
+#if defined(__linux__)
+    for (const auto& [length, block] : kept_) munmap(block, length);
+#endif
   }
 
   huge_page_resource(const huge_page_resource&) = delete;
@@ -57,6 +71,12 @@ class huge_page_resource final : public std::pmr::memory_resource {
 
   std::pmr::memory_resource* upstream() const noexcept { return upstream_; }
   std::size_t min_bytes() const noexcept { return min_bytes_; }
+  std::size_t keep_bytes() const noexcept { return keep_bytes_; }
+  /// Bytes of freed blocks kept mapped for reuse now.
+  std::size_t kept_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return kept_total_;
+  }
 
  private:
   // The mapping a block of `bytes` takes: whole huge pages.
@@ -68,6 +88,16 @@ class huge_page_resource final : public std::pmr::memory_resource {
 #if defined(__linux__)
     if (bytes >= min_bytes_ && alignment <= kHugePageBytes) {
       const std::size_t length = mapped_bytes(bytes);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto kept = kept_.find(length);
+        if (kept != kept_.end()) {
+          void* block = kept->second;
+          kept_.erase(kept);
+          kept_total_ -= length;
+          return block;
+        }
+      }
       // Map one huge page more than needed, then trim the unaligned head and the tail, so that
       // the block starts on a 2 MiB boundary (mmap itself only promises 4 KiB).
       const std::size_t padded = length + kHugePageBytes;
@@ -89,7 +119,19 @@ class huge_page_resource final : public std::pmr::memory_resource {
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
 #if defined(__linux__)
     if (bytes >= min_bytes_ && alignment <= kHugePageBytes) {
-      munmap(p, mapped_bytes(bytes));
+      const std::size_t length = mapped_bytes(bytes);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (kept_total_ + length <= keep_bytes_) {
+          try {
+            kept_.emplace(length, p);
+            kept_total_ += length;
+            return;
+          } catch (const std::bad_alloc&) {  // no room to note it: unmap it instead
+          }
+        }
+      }
+      munmap(p, length);
       return;
     }
 #endif
@@ -101,7 +143,10 @@ class huge_page_resource final : public std::pmr::memory_resource {
   }
 
   std::pmr::memory_resource* upstream_;
-  std::size_t min_bytes_;
+  std::size_t min_bytes_, keep_bytes_;
+  mutable std::mutex mutex_;                // guards the blocks kept
+  std::multimap<std::size_t, void*> kept_;  // mapped length -> block
+  std::size_t kept_total_ = 0;
 };
 
 RAZORKV_END_NAMESPACE
