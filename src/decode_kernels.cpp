@@ -8,10 +8,6 @@
 #include <cstring>
 #include <string>
 
-#if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
-#include <cpuid.h>
-#endif
-
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
@@ -36,35 +32,6 @@ struct kernel_candidate {
 const decode_kernel_set& compiled_decode_kernels_isa_avx512();
 const decode_kernel_set& compiled_decode_kernels_isa_avx2();
 const decode_kernel_set& compiled_decode_kernels_isa_sse2();
-
-namespace {
-
-struct x86_features {
-  bool avx2 = false, fma = false, f16c = false, avx512 = false;
-};
-
-// CPUID and XGETBV: the instructions, and the register state the OS saves on a context switch
-// (YMM for AVX, ZMM and the mask registers for AVX-512).
-x86_features detect_x86_features() {
-  x86_features f;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
-  const bool osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u;
-  f.fma = (ecx >> 12) & 1u;
-  f.f16c = (ecx >> 29) & 1u;
-  if (!osxsave || !avx) return f;
-  unsigned xcr0_low = 0, xcr0_high = 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-  const bool ymm_saved = (xcr0_low & 0x6u) == 0x6u, zmm_saved = (xcr0_low & 0xe6u) == 0xe6u;
-  if (!ymm_saved || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
-  f.avx2 = (ebx >> 5) & 1u;
-  const bool avx512f = (ebx >> 16) & 1u, avx512dq = (ebx >> 17) & 1u, avx512bw = (ebx >> 30) & 1u,
-             avx512vl = (ebx >> 31) & 1u;
-  f.avx512 = zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
-  return f;
-}
-
-}  // namespace
 #endif
 
 namespace {

@@ -20,10 +20,6 @@
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
 
-#ifndef RAZORKV_DETAIL_PREFETCH_ROWS
-#define RAZORKV_DETAIL_PREFETCH_ROWS 1
-#endif
-
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 // The kernels are compiled per ISA (see RAZORKV_DETAIL_ISA in simd.hpp).
@@ -174,7 +170,7 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
 // highest) and beat 16-64 rows ahead by 5-20%; for 16-bit rows no prefetch beat every distance, by
 // up to 1.35x at GQA 1 and 4. (On Zen 5, 16 KB ahead had beaten none for float.)
 template <class T>
-inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? RAZORKV_DETAIL_PREFETCH_ROWS : 0;
+inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? 1 : 0;
 
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>

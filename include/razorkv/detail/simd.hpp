@@ -20,11 +20,15 @@
 // A build for an x86 CPU without F16C (the default -march=x86-64) still widens half rows with it
 // where the CPU has it, checked once at run time: widening is what compression, prefill and
 // scoring spend on half rows, 4-5x slower without the instruction.
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && \
-    !defined(__F16C__)
-#define RAZORKV_DETAIL_RUNTIME_F16C 1
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define RAZORKV_DETAIL_X86_CPUID 1
 #include <cpuid.h>
 #include <immintrin.h>
+#else
+#define RAZORKV_DETAIL_X86_CPUID 0
+#endif
+#if RAZORKV_DETAIL_X86_CPUID && !defined(__F16C__)
+#define RAZORKV_DETAIL_RUNTIME_F16C 1
 #else
 #define RAZORKV_DETAIL_RUNTIME_F16C 0
 #endif
@@ -108,18 +112,37 @@ inline Acc to_accum(S x) noexcept {
   }
 }
 
+#if RAZORKV_DETAIL_X86_CPUID
+/// The vector instructions of this x86 CPU that razorkv picks kernels by, counting only what the OS
+/// also supports (CPUID for the instructions, XGETBV for the registers saved on a context switch).
+struct x86_features {
+  bool f16c = false, fma = false, avx2 = false;
+  bool avx512 = false;  // F, BW, DQ and VL
+};
+
+inline x86_features detect_x86_features() noexcept {
+  x86_features f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & 0x6u) != 0x6u) return f;  // the OS does not save YMM: no AVX of any kind
+  f.fma = (ecx >> 12) & 1u;
+  f.f16c = (ecx >> 29) & 1u;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = (ebx >> 5) & 1u;
+  const bool zmm_saved = (xcr0_low & 0xe0u) == 0xe0u;  // opmask, ZMM0-15 upper halves, ZMM16-31
+  f.avx512 = zmm_saved && ((ebx >> 16) & 1u) && ((ebx >> 17) & 1u) && ((ebx >> 30) & 1u) &&
+             ((ebx >> 31) & 1u);
+  return f;
+}
+#endif
+
 #if RAZORKV_DETAIL_RUNTIME_F16C
-// Whether the CPU has F16C and the OS saves the YMM registers it writes.
 inline bool cpu_has_f16c() noexcept {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    const bool osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u, f16c = (ecx >> 29) & 1u;
-    if (!osxsave || !avx || !f16c) return false;
-    unsigned xcr0_low = 0, xcr0_high = 0;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-    return (xcr0_low & 0x6u) == 0x6u;
-  }();
+  static const bool has = detect_x86_features().f16c;
   return has;
 }
 
