@@ -380,10 +380,10 @@ template <class T>
 constexpr attend_head_table<T> make_attend_head_table() noexcept {
   attend_head_table<T> table{};
   const auto dims = std::make_index_sequence<kNumKernelDims>{};
-  fill_kernel_row<T, 1>(table.kernel[0], dims);
-  fill_kernel_row<T, 2>(table.kernel[1], dims);
-  fill_kernel_row<T, 4>(table.kernel[2], dims);
-  fill_kernel_row<T, 8>(table.kernel[3], dims);
+  fill_kernel_row<T, kKernelWidths[0]>(table.kernel[0], dims);
+  fill_kernel_row<T, kKernelWidths[1]>(table.kernel[1], dims);
+  fill_kernel_row<T, kKernelWidths[2]>(table.kernel[2], dims);
+  fill_kernel_row<T, kKernelWidths[3]>(table.kernel[3], dims);
   return table;
 }
 

@@ -3,6 +3,8 @@
 // run time.
 #pragma once
 
+#include <type_traits>
+
 #include <Eigen/Core>
 
 #include "razorkv/cache/kv_cache.hpp"
@@ -26,9 +28,12 @@ inline constexpr int kKernelDims[] = {0, 64, 80, 96, 128, 256};
 inline constexpr int kNumKernelWidths = 4;
 inline constexpr int kNumKernelDims = 6;
 
-/// Index of a pass width (1, 2, 4 or 8) in kKernelWidths.
+/// Index in kKernelWidths of a pass width (1, 2, 4 or 8: the scheduler makes no other).
 constexpr int kernel_width_index(index_t width) noexcept {
-  return width >= 8 ? 3 : width >= 4 ? 2 : width >= 2 ? 1 : 0;
+  for (int i = kNumKernelWidths - 1; i > 0; --i) {
+    if (kKernelWidths[i] <= width) return i;
+  }
+  return 0;
 }
 
 /// Index in kKernelDims of the kernel that serves head_dim: its own, or the run-time one.

@@ -45,6 +45,10 @@ inline const parallel_for_fn& default_parallel_for() {
 #if defined(_OPENMP)
   static const parallel_for_fn openmp = [](index_t count,
                                            const std::function<void(index_t)>& body) {
+    if (count == 1) {  // no team to wake for one task
+      body(0);
+      return;
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (index_t i = 0; i < count; ++i) body(i);
   };
