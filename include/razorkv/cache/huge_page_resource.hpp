@@ -4,7 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <cstdio>
+#include <cstdlib>
 #include <memory_resource>
 #include <mutex>
 #include <new>
@@ -32,7 +33,8 @@ RAZORKV_BEGIN_NAMESPACE
 /// pays the OS for its pages once, not per request. Beyond that (and for keep_bytes = 0) freed
 /// blocks go back to the OS. Thread-safe where upstream is. Pass it to razor_kv_cache (or any
 /// std::pmr container); it must outlive what it allocated, and unmaps what it keeps when it goes.
-/// Allocation failure throws std::bad_alloc, as memory resources do.
+/// Allocation failure throws std::bad_alloc, as memory resources do (aborts, saying so, in a build
+/// without exceptions).
 class huge_page_resource final : public std::pmr::memory_resource {
  public:
   /// The huge page size the blocks are aligned to (x86-64 and aarch64 with 4 KiB base pages).
@@ -53,7 +55,11 @@ class huge_page_resource final : public std::pmr::memory_resource {
 
   ~huge_page_resource() override {
 #if defined(__linux__)
-    for (const auto& [length, block] : kept_) munmap(block, length);
+    while (kept_ != nullptr) {
+      kept_block* next = kept_->next;
+      munmap(kept_, kept_->length);
+      kept_ = next;
+    }
 #endif
   }
 
@@ -90,19 +96,27 @@ class huge_page_resource final : public std::pmr::memory_resource {
       const std::size_t length = mapped_bytes(bytes);
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        const auto kept = kept_.find(length);
-        if (kept != kept_.end()) {
-          void* block = kept->second;
-          kept_.erase(kept);
-          kept_total_ -= length;
-          return block;
+        for (kept_block** link = &kept_; *link != nullptr; link = &(*link)->next) {
+          if ((*link)->length == length) {
+            kept_block* block = *link;
+            *link = block->next;
+            kept_total_ -= length;
+            return block;
+          }
         }
       }
       // Map one huge page more than needed, then trim the unaligned head and the tail, so that
       // the block starts on a 2 MiB boundary (mmap itself only promises 4 KiB).
       const std::size_t padded = length + kHugePageBytes;
       void* raw = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (raw == MAP_FAILED) throw std::bad_alloc();
+      if (raw == MAP_FAILED) {
+#if RAZORKV_NO_EXCEPTIONS
+        std::fprintf(stderr, "razorkv: huge_page_resource: mapping %zu bytes failed\n", padded);
+        std::abort();
+#else
+        throw std::bad_alloc();
+#endif
+      }
       const auto start = reinterpret_cast<std::uintptr_t>(raw);
       const std::uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
       if (aligned > start) munmap(raw, aligned - start);
@@ -123,12 +137,10 @@ class huge_page_resource final : public std::pmr::memory_resource {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (kept_total_ + length <= keep_bytes_) {
-          try {
-            kept_.emplace(length, p);
-            kept_total_ += length;
-            return;
-          } catch (const std::bad_alloc&) {  // no room to note it: unmap it instead
-          }
+          // The list of kept blocks lives in their own first bytes: keeping one allocates nothing.
+          kept_ = ::new (p) kept_block{kept_, length};
+          kept_total_ += length;
+          return;
         }
       }
       munmap(p, length);
@@ -142,10 +154,16 @@ class huge_page_resource final : public std::pmr::memory_resource {
     return this == &other;
   }
 
+  // A freed block kept for reuse, written over its first bytes.
+  struct kept_block {
+    kept_block* next;
+    std::size_t length;  // of its mapping
+  };
+
   std::pmr::memory_resource* upstream_;
   std::size_t min_bytes_, keep_bytes_;
-  mutable std::mutex mutex_;                // guards the blocks kept
-  std::multimap<std::size_t, void*> kept_;  // mapped length -> block
+  mutable std::mutex mutex_;    // guards the blocks kept
+  kept_block* kept_ = nullptr;  // most recently freed first
   std::size_t kept_total_ = 0;
 };
 
