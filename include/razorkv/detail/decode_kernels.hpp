@@ -175,7 +175,7 @@ inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? 1 : 0;
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>
 inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index_t count) noexcept {
-  const index_t last = std::min(first + count, view.rows());
+  const index_t last = min_of(first + count, view.rows());
   const index_t row_bytes = view.cols() * static_cast<index_t>(sizeof(T));
   for (index_t r = first; r < last; ++r) {
     const char* row = reinterpret_cast<const char*>(view.data() + r * view.row_stride());
@@ -262,10 +262,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   for (int q = 0; q < kQ; ++q) {
     running_max[q] = kNegInf;
     denominator[q] = Acc(0);
-    max_visible = std::max(max_visible, visible[q]);
+    max_visible = max_of(max_visible, visible[q]);
   }
-  max_visible = std::min(max_visible, range_end);
-  std::fill(out, out + kQ * dim, Acc(0));
+  max_visible = min_of(max_visible, range_end);
+  for (index_t i = 0; i < kQ * dim; ++i) out[i] = Acc(0);
 
   alignas(64) Acc weights[std::size_t{kQ * kBlockRows}];
   Acc* key_scratch = scratch;
@@ -276,14 +276,14 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
     const kv_span<T>& span = spans[s];
     const Acc log_weight = static_cast<Acc>(span.log_weight);
     const index_t length = span.length();
-    for (index_t first = std::max<index_t>(0, range_begin - span_first_entry);
+    for (index_t first = max_of<index_t>(0, range_begin - span_first_entry);
          first < length && span_first_entry + first < max_visible; first += kBlockRows) {
       const index_t block_entry = span_first_entry + first;
-      const index_t rows = std::min({kBlockRows, length - first, range_end - block_entry});
+      const index_t rows = min_of(kBlockRows, min_of(length - first, range_end - block_entry));
 
       // Scores for the whole block, widening at most kWidenRows rows at a time.
       for (index_t sub = 0; sub < rows; sub += kWidenRows) {
-        const index_t sub_rows = std::min(kWidenRows, rows - sub);
+        const index_t sub_rows = min_of(kWidenRows, rows - sub);
         index_t key_stride = 0;
         const kernel_row_t<T>* keys =
             block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
@@ -309,7 +309,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         // Entries this query may read in this block; the rest (padding past `rows`, and
         // entries newer than the query under the causal mask) get weight exactly 0.
         const index_t readable =
-            std::clamp<index_t>(std::min(visible[q], range_end) - block_entry, 0, rows);
+            max_of<index_t>(0, min_of(min_of(visible[q], range_end) - block_entry, rows));
         Acc block_max = kNegInf;
         if (readable == kBlockRows) {
           block_max = shift_block(w, log_weight);
@@ -319,7 +319,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
         } else {
           for (index_t r = 0; r < readable; ++r) {
             w[r] += log_weight;
-            block_max = std::max(block_max, w[r]);
+            block_max = max_of(block_max, w[r]);
           }
           // Unread slots (padding past `rows`, entries the causal mask hides) get -inf, whose
           // exp is exactly 0.
@@ -344,7 +344,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       if (!any_weight) continue;
 
       for (index_t sub = 0; sub < rows; sub += kWidenRows) {
-        const index_t sub_rows = std::min(kWidenRows, rows - sub);
+        const index_t sub_rows = min_of(kWidenRows, rows - sub);
         index_t value_stride = 0;
         const kernel_row_t<T>* values =
             block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);

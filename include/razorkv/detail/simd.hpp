@@ -98,6 +98,17 @@ inline float bfloat16_bits_to_float(std::uint16_t b) noexcept {
   return result;
 }
 
+// std::min and std::max for the kernels: a sanitizer build may leave such helpers out of line,
+// and these copies then stay in this ISA's namespace (razorkv_kernels_isolated checks it).
+template <class T>
+constexpr T min_of(T a, T b) noexcept {
+  return b < a ? b : a;
+}
+template <class T>
+constexpr T max_of(T a, T b) noexcept {
+  return a < b ? b : a;
+}
+
 /// One stored element as the accumulation type, without Eigen's out-of-line conversions (which
 /// would be shared between translation units compiled for different ISAs; see above).
 template <class Acc, class S>
