@@ -49,7 +49,7 @@ void BM_MemoryRead_Sum(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * static_cast<std::int64_t>(sizeof(float)));
   state.counters["threads"] = threads();
-  state.SetLabel(razorkv::decode_kernel_isa());
+  state.SetLabel(razorkv::kernel_isa());
 }
 
 // Baseline: decode written the plain way with Eigen, one query head at a time
@@ -104,7 +104,7 @@ void time_decode(benchmark::State& state, const Cache& cache, index_t group, std
   }
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads();
-  state.SetLabel(razorkv::decode_kernel_isa());
+  state.SetLabel(razorkv::kernel_isa());
 }
 
 // razorkv's decode kernel: every query head of a GQA group in one pass over the group's K/V.

@@ -285,17 +285,17 @@ TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
       << "the result must not depend on scheduling";
 }
 
-// ctest runs razorkv::kernels' suite once per kernel set of the build (RAZORKV_DECODE_ISA); on a
+// ctest runs razorkv::kernels' suite once per kernel set of the build (RAZORKV_KERNEL_ISA); on a
 // CPU that cannot run the set asked for, that run is skipped rather than failed.
 class requested_kernels_runnable : public ::testing::Environment {
  public:
   void SetUp() override {
-    const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
+    const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
     if (wanted == nullptr || *wanted == '\0') return;
     try {
-      (void)razorkv::decode_kernel_isa();
+      (void)razorkv::kernel_isa();
     } catch (const razorkv::error& e) {
-      // Any other error (a name no build has) is for UnknownSetIsANamedError to check.
+      // Any other error (a name no build has) is for UnknownKernelSetIsANamedError to check.
       if (std::string(e.what()).find("cannot run") != std::string::npos) GTEST_SKIP() << e.what();
     }
   }
@@ -303,11 +303,11 @@ class requested_kernels_runnable : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const requested_kernels =
     ::testing::AddGlobalTestEnvironment(new requested_kernels_runnable);
 
-// The kernel set decode runs: the one RAZORKV_DECODE_ISA asks for when it is set (ctest runs the
+// The kernel set decode runs: the one RAZORKV_KERNEL_ISA asks for when it is set (ctest runs the
 // razorkv::kernels suite once per set the CPU runs), else the best this build and CPU have.
 TEST(RazorkvDecodeKernels, RunTheRequestedInstructionSet) {
-  const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
-  const std::string isa = razorkv::decode_kernel_isa();
+  const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
+  const std::string isa = razorkv::kernel_isa();
   if (wanted != nullptr && *wanted != '\0') {
     EXPECT_EQ(isa, wanted);
     return;
@@ -323,14 +323,15 @@ TEST(RazorkvDecodeKernels, RunTheRequestedInstructionSet) {
 #endif
 }
 
-// Run by ctest with RAZORKV_DECODE_ISA=avx9 (razorkv_kernels_unknown_isa): decode and
-// decode_kernel_isa() name the variable, the value and the sets there are.
-TEST(RazorkvDecodeKernels, UnknownSetIsANamedError) {
-  const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
+// Run by ctest with RAZORKV_KERNEL_ISA=avx9 (razorkv_kernels_unknown_isa): decode and
+// kernel_isa() name the variable, the value and the sets there are.
+TEST(RazorkvDecodeKernels, UnknownKernelSetIsANamedError) {
+  const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
   if (wanted == nullptr || std::string(wanted) != "avx9")
-    GTEST_SKIP() << "RAZORKV_DECODE_ISA is not avx9";
-  RAZORKV_EXPECT_ERROR((void)razorkv::decode_kernel_isa(), kInvalidArgument,
-                       "decode: RAZORKV_DECODE_ISA (avx9) names no kernel set of this build (");
+    GTEST_SKIP() << "RAZORKV_KERNEL_ISA is not avx9";
+  RAZORKV_EXPECT_ERROR(
+      (void)razorkv::kernel_isa(), kInvalidArgument,
+      "razorkv::kernels: RAZORKV_KERNEL_ISA (avx9) names no kernel set of this build (");
   razorkv::dense_kv_cache<float> cache(1, 1, 8);
   const std::vector<float> row(8, 1.0f);
   cache.append(0, razorkv::layer_view<const float>::nhd(row.data(), 1, 1, 8),
@@ -339,7 +340,7 @@ TEST(RazorkvDecodeKernels, UnknownSetIsANamedError) {
   RAZORKV_EXPECT_ERROR(
       razorkv::decode_attention(cache, 0, matrix_view<const float>(row.data(), 1, 8),
                                 matrix_view<float>(out.data(), 1, 8)),
-      kInvalidArgument, "RAZORKV_DECODE_ISA (avx9)");
+      kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
   EXPECT_EQ(out, std::vector<float>(8, -1.0f));  // nothing written
 }
 

@@ -20,7 +20,7 @@ foreach(line IN LISTS lines)
   endif()
   set(name "${CMAKE_MATCH_2}")
   if(name MATCHES "7razorkv2v[0-9]+6detail${isa_length}isa_${ISA}"
-     OR name MATCHES "compiled_decode_kernels_isa_${ISA}Ev$"
+     OR name MATCHES "compiled_kernels_isa_${ISA}Ev$"
      OR name STREQUAL "DW.ref.__gxx_personality_v0"
      OR name MATCHES "^_ZT[IS]")  # typeinfo data (UBSan's function checks), not code
     continue()

@@ -1,13 +1,18 @@
 // Tests of the compensation token's column sums: the vectorised kernel against the scalar
 // reference over awkward dims, row counts, strides and dtypes (bit-identical: same order, same
-// double additions), and independence from how the rows are split into calls.
+// double additions), and independence from how the rows are split into calls. Built header-only
+// and against razorkv::kernels, whose suite ctest runs once per instruction set.
 #include <gtest/gtest.h>
 
 #include <razorkv/compress/column_sums.hpp>
+#include <razorkv/compress/razor_cache.hpp>
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -76,6 +81,32 @@ TYPED_TEST(RazorkvColumnSums, MeanIsRoundedFromTheDoubleSums) {
   EXPECT_EQ(razorkv::detail::to_double(mean[0]), razorkv::detail::to_double(T(1.0f)));
   EXPECT_EQ(razorkv::detail::to_double(mean[1]), razorkv::detail::to_double(T(-2.5f)));
   EXPECT_NEAR(razorkv::detail::to_double(mean[2]), 1e-3 / 3.0, 1e-3 / 3.0 * 4e-3);
+}
+
+// Run by ctest with RAZORKV_KERNEL_ISA=avx9 (razorkv_kernels_unknown_isa): compression and a
+// bounded append, which fold rows with the column-sum kernel, name the variable and change nothing.
+TEST(RazorkvCompressKernels, UnknownKernelSetIsANamedError) {
+  const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
+  if (wanted == nullptr || std::string(wanted) != "avx9")
+    GTEST_SKIP() << "RAZORKV_KERNEL_ISA is not avx9";
+  const index_t tokens = 40, dim = 8;
+  std::mt19937_64 rng(13);
+  const std::vector<float> keys =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(tokens * dim), rng);
+  const auto prefill = razorkv::layer_view<const float>::nhd(keys.data(), tokens, 1, dim);
+  const auto plan = std::make_shared<razorkv::head_plan>(razorkv::model_shape{1, 1, 1, dim});
+  razorkv::razor_config config;
+  config.sinks = 2;
+  config.s0 = 4;
+  config.c = 10.0;
+  razorkv::razor_kv_cache<float> cache(plan, config);
+  RAZORKV_EXPECT_ERROR(cache.compress_layer(0, prefill, prefill), kInvalidArgument,
+                       "RAZORKV_KERNEL_ISA (avx9)");
+  EXPECT_FALSE(cache.is_compressed(0));
+  std::vector<double> sums(static_cast<std::size_t>(dim), 0.0);
+  RAZORKV_EXPECT_ERROR(razorkv::detail::add_rows_to_sums(prefill.head(0), sums.data()),
+                       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
+  EXPECT_EQ(sums, std::vector<double>(static_cast<std::size_t>(dim), 0.0));
 }
 
 }  // namespace

@@ -262,6 +262,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
     const index_t total = detail::checked_add(l.tokens, added, kWhere);
     const razor_budget budget = config_.budget();
+    const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
 
     // Phase 1, which may throw: what the chunk needs allocated, kept aside until phase 2.
     struct head_growth {
@@ -311,7 +312,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head.window = config_.decode == decode_mode::kBounded ? std::max<index_t>(g.rule_window, 1)
                                                             : g.rule_window;
       slide_window(head, chunk_keys.middle_rows(g.to_sinks, added - g.to_sinks),
-                   chunk_values.middle_rows(g.to_sinks, added - g.to_sinks), g.rule_window);
+                   chunk_values.middle_rows(g.to_sinks, added - g.to_sinks), g.rule_window,
+                   sum_columns);
     });
     l.tokens = l.prompt_tokens = total;
   }
@@ -338,6 +340,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     if (added == 0) return;
     if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
+    const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
 
     // Phase 1, which may throw: the blocks growing heads need past their room (none while the
     // room lasts, and then append allocates nothing).
@@ -354,7 +357,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       if (grows(head)) {
         push_growing(head, new_keys, new_values);
       } else {
-        slide_window(head, new_keys, new_values, head.window);
+        slide_window(head, new_keys, new_values, head.window, sum_columns);
       }
     }
     l.tokens = total;
@@ -606,6 +609,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t dim = head_dim();
     const razor_budget budget = config_.budget();
     const bool compensate = config_.compensation != compensation_mode::kNone;
+    const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
     const bool bounded = config_.decode == decode_mode::kBounded;
 
     // Allocate every head first (this may throw; the layer reads as uncompressed until the
@@ -681,8 +685,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         if (compensate) {
           for_rows(source, job.sinks, job.dropped,
                    [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-                     detail::add_rows_to_sums(k, head.sums.data());
-                     detail::add_rows_to_sums(v, head.sums.data() + dim);
+                     detail::add_rows_to_sums(sum_columns, k, head.sums.data());
+                     detail::add_rows_to_sums(sum_columns, v, head.sums.data() + dim);
                    });
           refresh_mean(head);
         }
@@ -769,10 +773,11 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
 
   // The head's ring keeps the last `window` tokens of the stream [ring, oldest first | new
   // tokens] (bounded decode; a window that chunked prefill moves forward); whatever falls off
-  // its front is folded, in stream order, into the compensation token. The ring's capacity
-  // holds what stays.
+  // its front is folded, in stream order, into the compensation token (by sum_columns). The
+  // ring's capacity holds what stays.
   void slide_window(head_state& head, const matrix_view<const T>& new_keys,
-                    const matrix_view<const T>& new_values, index_t window) const noexcept {
+                    const matrix_view<const T>& new_values, index_t window,
+                    detail::column_sums_fn<T> sum_columns) const noexcept {
     detail::head_rows<T>& ring = head.recent;
     const index_t capacity = ring.capacity(), added = new_keys.rows();
     const index_t evicted = std::max<index_t>(0, head.ring_rows + added - window);
@@ -781,8 +786,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t dim = head_dim();
     const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
       if (!compensate || k.rows() == 0) return;
-      detail::add_rows_to_sums(k, head.sums.data());
-      detail::add_rows_to_sums(v, head.sums.data() + dim);
+      detail::add_rows_to_sums(sum_columns, k, head.sums.data());
+      detail::add_rows_to_sums(sum_columns, v, head.sums.data() + dim);
     };
     if (from_ring > 0) {
       // The oldest ring rows: [start, capacity) first, then from row 0.

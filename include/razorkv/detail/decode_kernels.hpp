@@ -16,6 +16,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/block_rows.hpp"
+#include "razorkv/detail/column_sum_kernels.hpp"
 #include "razorkv/detail/dispatch.hpp"
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
@@ -390,39 +391,27 @@ constexpr attend_head_table<T> make_attend_head_table() noexcept {
 // A template, so that a translation unit that does not call it (one that links razorkv::kernels)
 // does not instantiate every kernel by naming them.
 template <class Unused = void>
-const decode_kernel_set& compiled_decode_kernels() noexcept {
-  static constexpr decode_kernel_set kernels = {RAZORKV_DETAIL_ISA_NAME,
-                                                kHalfInRegisters,
-                                                make_attend_head_table<float>(),
-                                                make_attend_head_table<double>(),
-                                                make_attend_head_table<Eigen::half>(),
-                                                make_attend_head_table<Eigen::bfloat16>()};
+const kernel_set& compiled_kernels() noexcept {
+  static constexpr kernel_set kernels = {
+      RAZORKV_DETAIL_ISA_NAME,
+      kHalfInRegisters,
+      {make_attend_head_table<float>(), &column_sums<float>},
+      {make_attend_head_table<double>(), &column_sums<double>},
+      {make_attend_head_table<Eigen::half>(), &column_sums<Eigen::half>},
+      {make_attend_head_table<Eigen::bfloat16>(), &column_sums<Eigen::bfloat16>}};
   return kernels;
 }
 
-}  // namespace RAZORKV_DETAIL_ISA
-
-// With RAZORKV_SEPARATE_KERNELS (defined by razorkv::kernels for itself and whoever links it),
-// the kernels are not compiled where decode is called: razorkv::kernels compiles them once per
-// ISA the compiler can target (on x86-64: SSE2, AVX2 and AVX-512) and picks the best the CPU
-// runs, once, at the first decode (src/decode_kernels.cpp). Otherwise the kernels are compiled
-// in every translation unit that decodes, for the ISA it is compiled for, as header-only code is.
+/// The kernels decode calls in this translation unit: razorkv::kernels' pick where the build
+/// links it (RAZORKV_SEPARATE_KERNELS, dispatch.hpp), else the ones compiled here.
+inline const kernel_set& decode_kernels() {
 #if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-/// The kernel set razorkv::kernels picked for this CPU. Throws when RAZORKV_DECODE_ISA names a
-/// set that this build lacks or the CPU cannot run.
-const decode_kernel_set& dispatched_decode_kernels();
-#endif
-
-inline namespace RAZORKV_DETAIL_ISA {
-/// The kernels decode calls in this translation unit.
-inline const decode_kernel_set& decode_kernels() {
-#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-  return dispatched_decode_kernels();
+  return dispatched_kernels();
 #else
-  return compiled_decode_kernels();
+  return compiled_kernels();
 #endif
 }
-}  // namespace RAZORKV_DETAIL_ISA
 
+}  // namespace RAZORKV_DETAIL_ISA
 }  // namespace detail
 RAZORKV_END_NAMESPACE

@@ -268,11 +268,10 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
   std::pmr::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot, resource);
   std::pmr::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass), resource);
   std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
-  const decode_kernel_set& kernel_set = decode_kernels();  // may throw (below: the fan-out)
-  const std::size_t scratch_per_pass =
-      std::is_same_v<T, Eigen::half> && !kernel_set.half_in_registers
-          ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
-          : 0;
+  const kernel_set& chosen = decode_kernels();  // may throw (below: the fan-out)
+  const std::size_t scratch_per_pass = std::is_same_v<T, Eigen::half> && !chosen.half_in_registers
+                                           ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
+                                           : 0;
   std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
@@ -284,7 +283,7 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
     }
   };
 
-  const attend_head_table<T>& kernels = kernel_set.of<T>();
+  const attend_head_table<T>& kernels = chosen.of<T>().attend_head;
   run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
     const pass& task = passes[static_cast<std::size_t>(p)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
@@ -379,7 +378,7 @@ void check_decode_types() {
 }
 
 // The scheduler depends only on the storage and output dtypes, so razorkv::kernels compiles it
-// once too (see RAZORKV_SEPARATE_KERNELS in decode_kernels.hpp).
+// once too (see RAZORKV_SEPARATE_KERNELS in dispatch.hpp).
 // clang-format off
 #define RAZORKV_DECODE_SCHEDULE_SIGNATURE(T, TO)                                   \
   void run_decode<T, TO>(const std::pmr::vector<decode_work<T, TO>>&, index_t,      \

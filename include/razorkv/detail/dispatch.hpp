@@ -1,6 +1,6 @@
-// razorkv/detail/dispatch.hpp: the table of decode kernels of one ISA, indexed by pass width and
-// head dim, through which the scheduler calls a kernel whether it was compiled here or picked at
-// run time.
+// razorkv/detail/dispatch.hpp: the kernels of one ISA as a table (decode's, by pass width and
+// head dim, and compression's column sums), through which razorkv calls a kernel whether it was
+// compiled here or picked at run time.
 #pragma once
 
 #include <type_traits>
@@ -54,17 +54,30 @@ struct attend_head_table {
   }
 };
 
-/// Every decode kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
-struct decode_kernel_set {
+/// column_sums' signature (column_sum_kernels.hpp): sums[c] += rows[r][c] for r < count,
+/// c < dim, rows `stride` elements apart, in double.
+template <class T>
+using column_sums_fn = void (*)(const T* rows, index_t count, index_t stride, index_t dim,
+                                double* sums) noexcept;
+
+/// The kernels of one storage dtype.
+template <class T>
+struct dtype_kernels {
+  attend_head_table<T> attend_head;  // decode
+  column_sums_fn<T> column_sums;     // the compensation token of compression
+};
+
+/// Every kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
+struct kernel_set {
   const char* isa;
   bool half_in_registers;  // else the scheduler hands each half pass a widening scratch buffer
-  attend_head_table<float> f32;
-  attend_head_table<double> f64;
-  attend_head_table<Eigen::half> f16;
-  attend_head_table<Eigen::bfloat16> bf16;
+  dtype_kernels<float> f32;
+  dtype_kernels<double> f64;
+  dtype_kernels<Eigen::half> f16;
+  dtype_kernels<Eigen::bfloat16> bf16;
 
   template <class T>
-  constexpr const attend_head_table<T>& of() const noexcept {
+  constexpr const dtype_kernels<T>& of() const noexcept {
     if constexpr (std::is_same_v<T, float>)
       return f32;
     else if constexpr (std::is_same_v<T, double>)
@@ -75,6 +88,17 @@ struct decode_kernel_set {
       return bf16;
   }
 };
+
+// With RAZORKV_SEPARATE_KERNELS (defined by razorkv::kernels for itself and whoever links it),
+// the kernels are not compiled where they are called: razorkv::kernels compiles them once per ISA
+// the compiler can target (on x86-64: SSE2, AVX2 and AVX-512) and picks the best the CPU runs,
+// once, at the first call (src/kernels.cpp). Otherwise they are compiled in every translation
+// unit that calls them, for the ISA it is compiled for, as header-only code is.
+#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
+/// The kernel set razorkv::kernels picked for this CPU. Throws when RAZORKV_KERNEL_ISA names a
+/// set that this build lacks or the CPU cannot run.
+const kernel_set& dispatched_kernels();
+#endif
 
 }  // namespace detail
 RAZORKV_END_NAMESPACE

@@ -357,6 +357,86 @@ inline simd_t<Acc> simd_load_as(const S* p) noexcept {
   }
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+// One double vector's lanes as float, and as bfloat16 bits before and after widening.
+typedef float simd_float_for_double_t __attribute__((vector_size(kVectorBytes / 2)));
+typedef std::uint16_t simd_bf16_for_double_t __attribute__((vector_size(kVectorBytes / 4)));
+typedef std::uint32_t simd_u32_for_double_t __attribute__((vector_size(kVectorBytes / 2)));
+#endif
+
+// Whether simd_load_as_double widens S in registers: every storage type but half, which needs
+// kHalfInRegisters' instructions (else rows of it go through widen_row's scratch).
+template <class S>
+inline constexpr bool kWidensToDoubleInRegisters =
+    !std::is_same_v<S, Eigen::half> || kHalfInRegisters;
+
+/// One vector of double from simd_lanes<double> consecutive elements stored as S (float, double,
+/// half where kHalfInRegisters, bfloat16): exact, as every such value is a double. The x86 paths
+/// are spelled in intrinsics because GCC 12 splits __builtin_convertvector's float-to-double
+/// widening into halves and re-joins them, three instructions where one does.
+template <class S>
+inline simd_t<double> simd_load_as_double(const S* p) noexcept {
+  static_assert(kWidensToDoubleInRegisters<S>,
+                "razorkv: simd_load_as_double widens half only with AVX-512F or F16C");
+  if constexpr (std::is_same_v<S, double>) {
+    return simd_load(p);
+  } else {
+#if defined(__GNUC__) || defined(__clang__)
+    simd_t<double> out;
+#if defined(__AVX512F__)
+    __m256 wide;  // the 8 lanes, in float
+    if constexpr (std::is_same_v<S, float>) {
+      wide = _mm256_loadu_ps(p);
+    } else if constexpr (std::is_same_v<S, Eigen::half>) {
+      wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    } else {
+      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      wide = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+    }
+    // The all-lanes masked form: GCC 12 warns that _mm512_cvtps_pd's undefined pass-through may
+    // be used uninitialized.
+    const __m512d result = _mm512_maskz_cvtps_pd(__mmask8(0xFF), wide);
+#elif defined(__AVX__)
+    __m128 wide;  // the 4 lanes, in float
+    if constexpr (std::is_same_v<S, float>) {
+      wide = _mm_loadu_ps(p);
+    } else {
+      std::uint16_t bits[4];
+      std::memcpy(bits, p, sizeof(bits));
+      const __m128i narrow = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bits));
+      if constexpr (std::is_same_v<S, Eigen::half>) {
+#if defined(__F16C__)
+        wide = _mm_cvtph_ps(narrow);
+#endif
+      } else {
+        wide = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), narrow));
+      }
+    }
+    const __m256d result = _mm256_cvtps_pd(wide);
+#else
+    simd_float_for_double_t wide;
+    if constexpr (std::is_same_v<S, float>) {
+      std::memcpy(&wide, p, sizeof(wide));
+    } else {
+      static_assert(std::is_same_v<S, Eigen::bfloat16>, "razorkv: half needs F16C here");
+      simd_bf16_for_double_t bits;
+      std::memcpy(&bits, p, sizeof(bits));
+      const simd_u32_for_double_t shifted = __builtin_convertvector(bits, simd_u32_for_double_t)
+                                            << 16;
+      std::memcpy(&wide, &shifted, sizeof(wide));
+    }
+    const simd_t<double> result = __builtin_convertvector(wide, simd_t<double>);
+#endif
+    std::memcpy(&out, &result, sizeof(out));
+    return out;
+#else
+    simd_t<double> out;
+    for (int i = 0; i < simd_lanes<double>; ++i) out.lane[i] = to_accum<double>(p[i]);
+    return out;
+#endif
+  }
+}
+
 template <class Acc>
 inline simd_t<Acc> simd_zero() noexcept {
   return simd_broadcast<Acc>(Acc(0));

@@ -1,6 +1,6 @@
-// src/decode_kernels.cpp: the decode scheduler compiled once, for builds that link
-// razorkv::kernels, and the choice, at the first decode, of the kernel set (one per ISA) that the
-// CPU runs best.
+// src/kernels.cpp: the decode scheduler compiled once, for builds that link razorkv::kernels, and
+// the choice, at the first call of a kernel, of the kernel set (one per ISA) that the CPU runs
+// best.
 #include "razorkv/detail/decode_kernels.hpp"
 #include "razorkv/detail/decode_schedule.hpp"
 
@@ -21,37 +21,35 @@ namespace {
 struct kernel_candidate {
   const char* isa;
   bool runs;
-  const decode_kernel_set& (*kernels)();
+  const kernel_set& (*kernels)();
 };
 
 }  // namespace
 
 #if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
-// Compiled from src/decode_kernels_isa.cpp with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+// Compiled from src/kernels_isa.cpp with -mavx512f -mavx512bw -mavx512dq -mavx512vl
 // -mavx2 -mfma -mf16c, with -mavx2 -mfma -mf16c, and with the x86-64 baseline (SSE2).
-const decode_kernel_set& compiled_decode_kernels_isa_avx512();
-const decode_kernel_set& compiled_decode_kernels_isa_avx2();
-const decode_kernel_set& compiled_decode_kernels_isa_sse2();
+const kernel_set& compiled_kernels_isa_avx512();
+const kernel_set& compiled_kernels_isa_avx2();
+const kernel_set& compiled_kernels_isa_sse2();
 #endif
 
 namespace {
 
-const decode_kernel_set& choose_decode_kernels() {
+const kernel_set& choose_kernels() {
 #if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
   const x86_features cpu = detect_x86_features();
   const bool v3 = cpu.avx2 && cpu.fma && cpu.f16c;
-  const kernel_candidate candidates[] = {
-      {"avx512", v3 && cpu.avx512, &compiled_decode_kernels_isa_avx512},
-      {"avx2", v3, &compiled_decode_kernels_isa_avx2},
-      {"sse2", true, &compiled_decode_kernels_isa_sse2}};
+  const kernel_candidate candidates[] = {{"avx512", v3 && cpu.avx512, &compiled_kernels_isa_avx512},
+                                         {"avx2", v3, &compiled_kernels_isa_avx2},
+                                         {"sse2", true, &compiled_kernels_isa_sse2}};
 #else
   // No run-time choice on this target: the kernels of the flags the library was built with.
   const kernel_candidate candidates[] = {
-      {RAZORKV_DETAIL_ISA_NAME, true,
-       []() -> const decode_kernel_set& { return compiled_decode_kernels(); }}};
+      {RAZORKV_DETAIL_ISA_NAME, true, []() -> const kernel_set& { return compiled_kernels(); }}};
 #endif
-  // RAZORKV_DECODE_ISA names the set to use instead of the best one (to test or time each).
-  const char* wanted = std::getenv("RAZORKV_DECODE_ISA");
+  // RAZORKV_KERNEL_ISA names the set to use instead of the best one (to test or time each).
+  const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
   std::string names;
   for (const kernel_candidate& candidate : candidates) {
     if (wanted == nullptr || *wanted == '\0') {
@@ -59,23 +57,23 @@ const decode_kernel_set& choose_decode_kernels() {
       continue;
     }
     if (std::strcmp(wanted, candidate.isa) == 0) {
-      RAZORKV_CHECK(candidate.runs, kInvalidArgument, "decode: RAZORKV_DECODE_ISA (", wanted,
-                    ") names kernels this CPU cannot run");
+      RAZORKV_CHECK(candidate.runs, kInvalidArgument, "razorkv::kernels: RAZORKV_KERNEL_ISA (",
+                    wanted, ") names kernels this CPU cannot run");
       return candidate.kernels();
     }
     names += names.empty() ? "" : ", ";
     names += candidate.isa;
   }
-  RAZORKV_CHECK(false, kInvalidArgument, "decode: RAZORKV_DECODE_ISA (", wanted,
+  RAZORKV_CHECK(false, kInvalidArgument, "razorkv::kernels: RAZORKV_KERNEL_ISA (", wanted,
                 ") names no kernel set of this build (", names, ")");
   return candidates[0].kernels();  // not reached
 }
 
 }  // namespace
 
-const decode_kernel_set& dispatched_decode_kernels() {
-  // Chosen once; a throw leaves it unchosen, to be tried again by the next decode.
-  static const decode_kernel_set& chosen = choose_decode_kernels();
+const kernel_set& dispatched_kernels() {
+  // Chosen once; a throw leaves it unchosen, to be tried again by the next call.
+  static const kernel_set& chosen = choose_kernels();
   return chosen;
 }
 
