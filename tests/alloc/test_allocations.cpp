@@ -122,8 +122,8 @@ TEST(Allocations, BoundedDecodeAppendsWithoutAllocatingWithinTheReserve) {
   cache.compress_layer(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
   index_t t = kPrompt;
   {
-    // Local heads slide their windows; the retrieval head fills its room (the reserve, rounded
-    // up to whole decode blocks), which allocated_bytes_after foresees.
+    // Local heads slide their windows; the retrieval head fills its room (the reserve), which
+    // allocated_bytes_after foresees.
     const allocation_count count;
     for (; cache.allocated_bytes_after(1) == cache.allocated_bytes(); ++t)
       cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));

@@ -507,24 +507,30 @@ TEST(RazorkvRazorCachePlanning, BytesAfterKTokensAreWhatKTokensMake) {
       razor_kv_cache<float>(plan_with(1, 6, heads, dim, {}), razor_config{}).kv_bytes_after(-1),
       kInvalidArgument, "tokens (-1) must be >= 0");
 
-  razor_config config;
-  config.fixed_window = 40;
-  razor_kv_cache<float> cache(plan_with(1, 6, heads, dim, {{0, 0}}), config);
+  // Decode reads a head's entries in blocks that ignore where its spans end, so any blocks
+  // decode bit for bit as the dense cache: the default 256 rows after a 500-row room, and 7.
   razorkv::dense_kv_cache<float> dense(1, heads, dim);
-  cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
-  dense.append(0, all.key_view(0, prefill), all.value_view(0, prefill));
-  cache.append(0, all.key_view(prefill, most), all.value_view(prefill, most));
-  dense.append(0, all.key_view(prefill, most), all.value_view(prefill, most));
-  EXPECT_GE(cache.num_spans(0, 0), 3);  // the room compression left, then blocks
+  dense.append(0, all.key_view(0, prefill + most), all.value_view(0, prefill + most));
   const std::vector<float> queries =
       razorkv_test::random_values<float>(static_cast<std::size_t>(6 * dim), rng);
-  std::vector<float> got(queries.size()), want(queries.size());
-  razorkv::decode_attention(cache, 0, matrix_view<const float>(queries.data(), 6, dim),
-                            matrix_view<float>(got.data(), 6, dim));
+  std::vector<float> want(queries.size());
   razorkv::decode_attention(dense, 0, matrix_view<const float>(queries.data(), 6, dim),
                             matrix_view<float>(want.data(), 6, dim));
-  for (index_t c = 0; c < 2 * dim; ++c) {  // query heads 0 and 1 read the retrieval head
-    EXPECT_EQ(got[static_cast<std::size_t>(c)], want[static_cast<std::size_t>(c)]) << c;
+  for (const index_t growth : {index_t{256}, index_t{7}}) {
+    razor_config config;
+    config.fixed_window = 40;
+    config.growth_rows = growth;
+    razor_kv_cache<float> cache(plan_with(1, 6, heads, dim, {{0, 0}}), config);
+    cache.compress_layer(0, all.key_view(0, prefill), all.value_view(0, prefill));
+    cache.append(0, all.key_view(prefill, most), all.value_view(prefill, most));
+    EXPECT_GE(cache.num_spans(0, 0), 3);  // the room compression left, then blocks
+    std::vector<float> got(queries.size());
+    razorkv::decode_attention(cache, 0, matrix_view<const float>(queries.data(), 6, dim),
+                              matrix_view<float>(got.data(), 6, dim));
+    for (index_t c = 0; c < 2 * dim; ++c) {  // query heads 0 and 1 read the retrieval head
+      EXPECT_EQ(got[static_cast<std::size_t>(c)], want[static_cast<std::size_t>(c)])
+          << "growth_rows " << growth << " column " << c;
+    }
   }
 }
 

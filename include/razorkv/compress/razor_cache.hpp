@@ -23,7 +23,6 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/block_rows.hpp"
 #include "razorkv/detail/cache_skeleton.hpp"
 #include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
@@ -291,8 +290,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         const index_t reserve =
             config_.decode == decode_mode::kBounded ? 0 : config_.decode_reserve;
         g.rows = detail::head_rows<T>(
-            detail::whole_blocks(
-                std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2)),
+            std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2),
             head_dim(), resource_);
       }
     }
@@ -635,12 +633,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head.retrieval = plan_->is_retrieval(layer, h);
       head.appended = std::move(old.appended);  // blocks an earlier sequence grew, emptied
       head.appended.clear();
-      // A growing head's room is rounded up to whole decode blocks, so that the blocks it chains
-      // later keep it readable as one contiguous head (a retrieval head decodes bit for bit as
-      // the dense cache does).
       if (head.retrieval) {
-        head.recent = rows_for(old.recent, detail::whole_blocks(detail::checked_add(
-                                               tokens, config_.decode_reserve, kWhere)));
+        head.recent =
+            rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
         jobs.push_back({h, 0, tokens, 0});
         continue;
       }
@@ -656,8 +651,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
             std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
         head.recent = rows_for(old.recent, head.window);
       } else {
-        head.recent = rows_for(old.recent, detail::whole_blocks(detail::checked_add(
-                                               keep_recent, config_.decode_reserve, kWhere)));
+        head.recent =
+            rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
       }
       if (compensate) {
         head.sums = std::move(old.sums);

@@ -57,8 +57,8 @@ struct razor_config : window_rule {
   index_t decode_reserve = 0;
   /// Rows per block that a growing head chains on once its room is used: blocks are spans of
   /// their own, so growing never copies what the head holds (and never stalls a decode step on
-  /// a copy of the whole head). Must be >= 1; a multiple of 64 (decode's block) keeps a
-  /// retrieval head's decode bit-identical to the dense cache's.
+  /// a copy of the whole head). Must be >= 1; whatever its value, a retrieval head decodes bit
+  /// for bit as the dense cache (decode's blocks do not depend on spans).
   index_t growth_rows = 256;
   /// The checked mode: compression and append read every key and value they are handed and
   /// name the first NaN or infinity as an error (one extra pass over the prompt). Unchecked,

@@ -15,7 +15,6 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/block_rows.hpp"
 #include "razorkv/detail/column_sum_kernels.hpp"
 #include "razorkv/detail/dispatch.hpp"
 #include "razorkv/detail/simd.hpp"
@@ -26,7 +25,13 @@ namespace detail {
 // The kernels are compiled per ISA (see RAZORKV_DETAIL_ISA in simd.hpp).
 inline namespace RAZORKV_DETAIL_ISA {
 
-// kBlockRows, the rows per online-softmax step, is in block_rows.hpp (the caches align to it).
+// Rows of K/V per online-softmax step, counted over a head's entries whatever its spans (so the
+// caches need no alignment to it). The kernel reads a block of K, then the same block of V: 256
+// rows (128 KB of float K at dim 128, in L2) per stream switch keep the hardware prefetchers
+// streaming and amortise the accumulator rescale and the vectorised exp. Measured on Zen 4 (2
+// threads, 32K tokens, medians of 8 paired runs): 256 rows beat 64 by 1.11-1.25x at GQA 8,
+// 1.07-1.16x at GQA 4 and 1.01-1.06x at GQA 1, in float, half and bfloat16.
+inline constexpr index_t kBlockRows = 256;
 // 16-bit rows are widened to float this many at a time, so the scratch stays in L1.
 inline constexpr index_t kWidenRows = 16;
 
@@ -191,18 +196,13 @@ inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index
   }
 }
 
-// w[0, kBlockRows) += shift; returns the largest of them.
+// The largest of w[0, kBlockRows).
 template <class Acc>
-inline Acc shift_block(Acc* RAZORKV_RESTRICT w, Acc shift) noexcept {
+inline Acc block_max_of(const Acc* RAZORKV_RESTRICT w) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   static_assert(kBlockRows % kW == 0, "razorkv: a block is whole vectors");
-  const simd_t<Acc> s = simd_broadcast(shift);
-  simd_t<Acc> largest = simd_load(w) + s;
-  for (index_t r = 0; r < kBlockRows; r += kW) {
-    const simd_t<Acc> x = simd_load(w + r) + s;
-    simd_store(w + r, x);
-    largest = simd_max<Acc>(largest, x);
-  }
+  simd_t<Acc> largest = simd_load(w);
+  for (index_t r = kW; r < kBlockRows; r += kW) largest = simd_max<Acc>(largest, simd_load(w + r));
   return simd_max_lane<Acc>(largest);
 }
 
@@ -271,89 +271,123 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   alignas(64) Acc weights[std::size_t{kQ * kBlockRows}];
   Acc* key_scratch = scratch;
   Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
-  index_t span_first_entry = 0;
 
-  for (index_t s = 0; s < num_spans && span_first_entry < max_visible; ++s) {
-    const kv_span<T>& span = spans[s];
-    const Acc log_weight = static_cast<Acc>(span.log_weight);
-    const index_t length = span.length();
-    for (index_t first = max_of<index_t>(0, range_begin - span_first_entry);
-         first < length && span_first_entry + first < max_visible; first += kBlockRows) {
-      const index_t block_entry = span_first_entry + first;
-      const index_t rows = min_of(kBlockRows, min_of(length - first, range_end - block_entry));
+  // The range's entries are read in blocks of kBlockRows counted from range_begin across the
+  // spans' boundaries, so that a block may gather rows of several spans: each row's score and
+  // each column's row-ordered value sum do not depend on where a span ends, and so a head split
+  // into spans anywhere decodes bit for bit as the one contiguous head.
+  index_t total_entries = 0;
+  for (index_t s = 0; s < num_spans; ++s) total_entries += spans[s].length();
+  const index_t end = min_of(range_end, total_entries);
 
-      // Scores for the whole block, widening at most kWidenRows rows at a time.
-      for (index_t sub = 0; sub < rows; sub += kWidenRows) {
-        const index_t sub_rows = min_of(kWidenRows, rows - sub);
-        index_t key_stride = 0;
-        const kernel_row_t<T>* keys =
-            block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
-        constexpr int kRows = kDotRows<kQ>;
-        index_t r = 0;
-        for (; r + kRows <= sub_rows; r += kRows) {
-          if constexpr (kPrefetchRows < T >> 0) {
-            prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
-            prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
-          }
-          dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride,
-                                                          key_stride, dim, weights + sub + r);
-        }
-        for (; r < sub_rows; ++r) {
-          dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride,
-                                                      dim, weights + sub + r);
-        }
-      }
-
-      bool any_weight = false;
-      for (int q = 0; q < kQ; ++q) {
-        Acc* w = weights + q * kBlockRows;
-        // Entries this query may read in this block; the rest (padding past `rows`, and
-        // entries newer than the query under the causal mask) get weight exactly 0.
-        const index_t readable =
-            max_of<index_t>(0, min_of(min_of(visible[q], range_end) - block_entry, rows));
-        Acc block_max = kNegInf;
-        if (readable == kBlockRows) {
-          block_max = shift_block(w, log_weight);
-        } else if (readable == 0) {
-          for (index_t r = 0; r < kBlockRows; ++r) w[r] = Acc(0);
-          continue;
-        } else {
-          for (index_t r = 0; r < readable; ++r) {
-            w[r] += log_weight;
-            block_max = max_of(block_max, w[r]);
-          }
-          // Unread slots (padding past `rows`, entries the causal mask hides) get -inf, whose
-          // exp is exactly 0.
-          for (index_t r = readable; r < kBlockRows; ++r) w[r] = kNegInf;
-        }
-        if (maybe_logits != nullptr) {
-          float* logits = maybe_logits + q * logits_stride + block_entry;
-          for (index_t r = 0; r < readable; ++r) logits[r] = static_cast<float>(w[r]);
-        }
-        if (block_max > running_max[q]) {
-          // exp(-inf) == 0 clears the (still empty) accumulators on the first block.
-          const Acc rescale = std::exp(running_max[q] - block_max);
-          if (rescale != Acc(1)) {
-            denominator[q] *= rescale;
-            for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= rescale;
-          }
-          running_max[q] = block_max;
-        }
-        denominator[q] += exp_block(w, running_max[q]);
-        any_weight = true;
-      }
-      if (!any_weight) continue;
-
-      for (index_t sub = 0; sub < rows; sub += kWidenRows) {
-        const index_t sub_rows = min_of(kWidenRows, rows - sub);
-        index_t value_stride = 0;
-        const kernel_row_t<T>* values =
-            block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
-        accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + sub, values, value_stride,
-                                                          sub_rows, dim, out);
+  // The block's rows as pieces of spans: calls f(span, first row in the span, rows, first row in
+  // the block) for each piece of entries [block_entry, block_entry + rows), in order.
+  index_t cursor_span = 0, cursor_span_first = 0;  // the span holding the block's first entry
+  const auto for_each_piece = [&](index_t block_entry, index_t rows, auto&& f) {
+    index_t s = cursor_span, span_first = cursor_span_first, done = 0;
+    while (done < rows) {
+      const kv_span<T>& span = spans[s];
+      const index_t offset = block_entry + done - span_first;
+      const index_t take = min_of(rows - done, span.length() - offset);  // 0 for an empty span
+      if (take > 0) f(span, offset, take, done);
+      done += take;
+      if (offset + take == span.length()) {
+        span_first += span.length();
+        ++s;
       }
     }
-    span_first_entry += length;
+  };
+
+  for (index_t block_entry = range_begin; block_entry < max_visible; block_entry += kBlockRows) {
+    while (cursor_span_first + spans[cursor_span].length() <= block_entry) {
+      cursor_span_first += spans[cursor_span].length();
+      ++cursor_span;
+    }
+    const index_t rows = min_of(kBlockRows, end - block_entry);
+
+    // Scores for the whole block, plus each row's span log-weight, widening at most kWidenRows
+    // rows at a time.
+    for_each_piece(block_entry, rows,
+                   [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
+                     for (index_t sub = 0; sub < count; sub += kWidenRows) {
+                       const index_t sub_rows = min_of(kWidenRows, count - sub);
+                       index_t key_stride = 0;
+                       const kernel_row_t<T>* keys =
+                           block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
+                       constexpr int kRows = kDotRows<kQ>;
+                       Acc* scores = weights + at + sub;
+                       index_t r = 0;
+                       for (; r + kRows <= sub_rows; r += kRows) {
+                         if constexpr (kPrefetchRows < T >> 0) {
+                           prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
+                           prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
+                         }
+                         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(
+                             queries, keys + r * key_stride, key_stride, dim, scores + r);
+                       }
+                       for (; r < sub_rows; ++r) {
+                         dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride,
+                                                                     key_stride, dim, scores + r);
+                       }
+                     }
+                     // x + 0 is x (a dense span's weight 0 changes no bit).
+                     const Acc log_weight = static_cast<Acc>(span.log_weight);
+                     if (log_weight != Acc(0)) {
+                       for (int q = 0; q < kQ; ++q) {
+                         for (index_t r = 0; r < count; ++r)
+                           weights[q * kBlockRows + at + r] += log_weight;
+                       }
+                     }
+                   });
+
+    bool any_weight = false;
+    for (int q = 0; q < kQ; ++q) {
+      Acc* w = weights + q * kBlockRows;
+      // Entries this query may read in this block; the rest (padding past `rows`, and
+      // entries newer than the query under the causal mask) get weight exactly 0.
+      const index_t readable =
+          max_of<index_t>(0, min_of(min_of(visible[q], range_end) - block_entry, rows));
+      Acc block_max = kNegInf;
+      if (readable == kBlockRows) {
+        block_max = block_max_of(w);
+      } else if (readable == 0) {
+        for (index_t r = 0; r < kBlockRows; ++r) w[r] = Acc(0);
+        continue;
+      } else {
+        for (index_t r = 0; r < readable; ++r) block_max = max_of(block_max, w[r]);
+        // Unread slots (padding past `rows`, entries the causal mask hides) get -inf, whose
+        // exp is exactly 0.
+        for (index_t r = readable; r < kBlockRows; ++r) w[r] = kNegInf;
+      }
+      if (maybe_logits != nullptr) {
+        float* logits = maybe_logits + q * logits_stride + block_entry;
+        for (index_t r = 0; r < readable; ++r) logits[r] = static_cast<float>(w[r]);
+      }
+      if (block_max > running_max[q]) {
+        // exp(-inf) == 0 clears the (still empty) accumulators on the first block.
+        const Acc rescale = std::exp(running_max[q] - block_max);
+        if (rescale != Acc(1)) {
+          denominator[q] *= rescale;
+          for (index_t c = 0; c < dim; ++c) out[q * dim + c] *= rescale;
+        }
+        running_max[q] = block_max;
+      }
+      denominator[q] += exp_block(w, running_max[q]);
+      any_weight = true;
+    }
+    if (!any_weight) continue;
+
+    for_each_piece(
+        block_entry, rows, [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
+          for (index_t sub = 0; sub < count; sub += kWidenRows) {
+            const index_t sub_rows = min_of(kWidenRows, count - sub);
+            index_t value_stride = 0;
+            const kernel_row_t<T>* values =
+                block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
+            accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + at + sub, values,
+                                                              value_stride, sub_rows, dim, out);
+          }
+        });
   }
 
   if (maybe_partial_max != nullptr) {
