@@ -77,7 +77,7 @@ def main():
           + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} interleaved repetitions.")
     if portable:
         isa = portable[next(iter(n for n in portable if n.startswith("BM_Decode_Razorkv")))]["label"]
-        print(f"Portable build's decode kernels: {isa} (chosen at run time).")
+        print(f"Portable build's kernels: {isa} (chosen at run time).")
     print()
 
     dtypes = ["float", "Eigen::half", "Eigen::bfloat16"]
