@@ -283,7 +283,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   // The block's rows as pieces of spans: calls f(span, first row in the span, rows, first row in
   // the block) for each piece of entries [block_entry, block_entry + rows), in order.
   index_t cursor_span = 0, cursor_span_first = 0;  // the span holding the block's first entry
-  const auto for_each_piece = [&](index_t block_entry, index_t rows, auto&& f) {
+  const auto for_each_piece = [&](index_t block_entry, index_t rows, const auto& f) {
     index_t s = cursor_span, span_first = cursor_span_first, done = 0;
     while (done < rows) {
       const kv_span<T>& span = spans[s];
@@ -297,6 +297,50 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       }
     }
   };
+  // The scores of a piece's rows, plus its span's log-weight, into the block's weights at row
+  // `at`, widening at most kWidenRows rows at a time.
+  const auto score_piece = [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
+    constexpr int kRows = kDotRows<kQ>;
+    for (index_t sub = 0; sub < count; sub += kWidenRows) {
+      const index_t sub_rows = min_of(kWidenRows, count - sub);
+      index_t key_stride = 0;
+      const kernel_row_t<T>* keys =
+          block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
+      Acc* scores = weights + at + sub;
+      index_t r = 0;
+      for (; r + kRows <= sub_rows; r += kRows) {
+        if constexpr (kPrefetchRows < T >> 0) {
+          prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
+          prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
+        }
+        dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride,
+                                                        dim, scores + r);
+      }
+      for (; r < sub_rows; ++r) {
+        dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride, key_stride, dim,
+                                                    scores + r);
+      }
+    }
+    // Skipped for a dense span's weight 0, which would change no bit.
+    const Acc log_weight = static_cast<Acc>(span.log_weight);
+    if (log_weight != Acc(0)) {
+      for (int q = 0; q < kQ; ++q) {
+        for (index_t r = 0; r < count; ++r) weights[q * kBlockRows + at + r] += log_weight;
+      }
+    }
+  };
+  // out += the piece's values weighted by the block's weights from row `at`.
+  const auto accumulate_piece = [&](const kv_span<T>& span, index_t first, index_t count,
+                                    index_t at) {
+    for (index_t sub = 0; sub < count; sub += kWidenRows) {
+      const index_t sub_rows = min_of(kWidenRows, count - sub);
+      index_t value_stride = 0;
+      const kernel_row_t<T>* values =
+          block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
+      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + at + sub, values, value_stride,
+                                                        sub_rows, dim, out);
+    }
+  };
 
   for (index_t block_entry = range_begin; block_entry < max_visible; block_entry += kBlockRows) {
     while (cursor_span_first + spans[cursor_span].length() <= block_entry) {
@@ -304,41 +348,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       ++cursor_span;
     }
     const index_t rows = min_of(kBlockRows, end - block_entry);
-
-    // Scores for the whole block, plus each row's span log-weight, widening at most kWidenRows
-    // rows at a time.
-    for_each_piece(block_entry, rows,
-                   [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
-                     for (index_t sub = 0; sub < count; sub += kWidenRows) {
-                       const index_t sub_rows = min_of(kWidenRows, count - sub);
-                       index_t key_stride = 0;
-                       const kernel_row_t<T>* keys =
-                           block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
-                       constexpr int kRows = kDotRows<kQ>;
-                       Acc* scores = weights + at + sub;
-                       index_t r = 0;
-                       for (; r + kRows <= sub_rows; r += kRows) {
-                         if constexpr (kPrefetchRows < T >> 0) {
-                           prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
-                           prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
-                         }
-                         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(
-                             queries, keys + r * key_stride, key_stride, dim, scores + r);
-                       }
-                       for (; r < sub_rows; ++r) {
-                         dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim>(queries, keys + r * key_stride,
-                                                                     key_stride, dim, scores + r);
-                       }
-                     }
-                     // x + 0 is x (a dense span's weight 0 changes no bit).
-                     const Acc log_weight = static_cast<Acc>(span.log_weight);
-                     if (log_weight != Acc(0)) {
-                       for (int q = 0; q < kQ; ++q) {
-                         for (index_t r = 0; r < count; ++r)
-                           weights[q * kBlockRows + at + r] += log_weight;
-                       }
-                     }
-                   });
+    for_each_piece(block_entry, rows, score_piece);
 
     bool any_weight = false;
     for (int q = 0; q < kQ; ++q) {
@@ -376,18 +386,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       any_weight = true;
     }
     if (!any_weight) continue;
-
-    for_each_piece(
-        block_entry, rows, [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
-          for (index_t sub = 0; sub < count; sub += kWidenRows) {
-            const index_t sub_rows = min_of(kWidenRows, count - sub);
-            index_t value_stride = 0;
-            const kernel_row_t<T>* values =
-                block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
-            accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + at + sub, values,
-                                                              value_stride, sub_rows, dim, out);
-          }
-        });
+    for_each_piece(block_entry, rows, accumulate_piece);
   }
 
   if (maybe_partial_max != nullptr) {
