@@ -164,7 +164,11 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
     return view.data() + first * view.row_stride();
   } else {
     const index_t dim = view.cols();
-    for (index_t r = 0; r < rows; ++r) widen_row(view.row(first + r), scratch + r * dim, dim);
+    // Row pointers by hand: matrix_view::row carries a debug assertion that a sanitizer build
+    // may leave out of line, shared across ISAs (razorkv_kernels_isolated checks it).
+    const T* row = view.data() + first * view.row_stride();
+    for (index_t r = 0; r < rows; ++r, row += view.row_stride())
+      widen_row(row, scratch + r * dim, dim);
     stride = dim;
     return scratch;
   }
