@@ -373,7 +373,11 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
   config.s0 = r.count("config.s0", 0, max_index);
   config.fixed_window = r.count("config.fixed_window", 0, max_index);
   config.decode_reserve = r.count("config.decode_reserve", 0, max_index);
-  config.growth_rows = r.count("config.growth_rows", 1, max_index);
+  // One block a retrieval head chains on at its next append must fit in max_bytes: an append
+  // after restore_state must not ask for memory the loader's budget would have refused.
+  const index_t block_row_bytes = 2 * shape.head_dim * static_cast<index_t>(sizeof(T));
+  config.growth_rows =
+      r.count("config.growth_rows", 1, std::max<index_t>(1, options.max_bytes / block_row_bytes));
   config.c = r.scalar<double>("config.c");
   config.compensation =
       static_cast<compensation_mode>(r.scalar<std::uint32_t>("config.compensation"));
