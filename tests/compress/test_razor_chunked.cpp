@@ -695,6 +695,11 @@ TEST(RazorkvRazorState, TheLoaderRejectsWhatSaveDidNotWrite) {
   RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(bytes, 1000), kInvalidArgument,
                        "over max_bytes (1000)");
   EXPECT_NO_THROW(razorkv::restore_state<float>(bytes, cache.allocated_bytes()));
+  // config.growth_rows (after magic, version, dtype, shape and four i64 fields) raised by 2^30:
+  // one block of it would not fit in max_bytes, so the next append could not be served.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8 + 4 + 4 + 32 + 4 * 8 + 3, 0x40),
+                                                     cache.allocated_bytes()),
+                       kInvalidArgument, "config.growth_rows (");
 }
 
 // A tensor-parallel rank holds kv heads [first, first + count): its cache, built from the
