@@ -269,14 +269,6 @@ void BM_Decode_FanOut(benchmark::State& state) {
   state.SetLabel(fanout == 0 ? "one thread" : fanout == 1 ? "default" : "thread_pool");
 }
 
-// Dense decode: 4K tokens (32 MiB of float K/V, partly in cache) and 32K and 128K (cold), each
-// read by groups of 1 (MHA), 4 and 8 query heads per kv head.
-void decode_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens", "group"})
-      ->ArgsProduct({{4096, 32768, 131072}, {1, 4, 8}})
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-}
 // Long contexts for dense-vs-razor: the paper's window (4000 tokens) is most of a 16K prompt
 // and a fifth of a 64K or 256K one.
 void razor_shapes(benchmark::internal::Benchmark* b) {

@@ -1,6 +1,9 @@
 // bench/bench_support.hpp: what razorkv's benchmarks share: the Llama-3-8B-like layer shape, a
-// fast deterministic fill, one prefilled layer per (dtype, tokens), and the thread count.
+// fast deterministic fill, one prefilled layer per (dtype, tokens), the decode shapes and the
+// thread count.
 #pragma once
+
+#include <benchmark/benchmark.h>
 
 #include <razorkv/razorkv.hpp>
 
@@ -66,6 +69,15 @@ inline std::vector<float> make_queries(index_t query_heads = kQueryHeads) {
 template <class T>
 inline std::int64_t unique_kv_bytes(index_t tokens) {
   return 2 * tokens * kKvHeads * kHeadDim * static_cast<std::int64_t>(sizeof(T));
+}
+
+// Dense decode: 4K tokens (32 MiB of float K/V, partly in cache) and 32K and 128K (cold), each
+// read by groups of 1 (MHA), 4 and 8 query heads per kv head.
+inline void decode_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "group"})
+      ->ArgsProduct({{4096, 32768, 131072}, {1, 4, 8}})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
 }
 
 inline int threads() {

@@ -4,7 +4,9 @@
 Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
 razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
 the same cases, interleaved repetitions, and prints markdown tables of medians: each figure
-beside the read bandwidth (BM_MemoryRead_Sum) measured in the same run of the same binary.
+beside the read bandwidth (BM_MemoryRead_Sum) measured in the same run of the same binary. Where
+razorkv_bench was built with ggml (RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's
+CPU flash attention on the same K/V.
 
     OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
 """
@@ -16,7 +18,8 @@ import statistics
 import subprocess
 import sys
 
-CASES = "MemoryRead|Decode_Razorkv|Decode_RazorCache|Decode_PlainEigen|Compress_RazorCache|Decode_FanOut"
+CASES = ("MemoryRead|Decode_Razorkv|Decode_RazorCache|Decode_PlainEigen|Decode_Ggml|Compress_RazorCache"
+         "|Decode_FanOut")
 
 
 def run(binary, args):
@@ -39,6 +42,7 @@ def run(binary, args):
             "gbs": statistics.median(r.get("bytes_per_second", 0.0) for r in reps) / 1e9,
             "label": reps[0].get("label", ""),
             "dense_over_razor": reps[0].get("dense_over_razor"),
+            "relative_difference": reps[0].get("relative_difference"),
         }
     return medians
 
@@ -100,6 +104,24 @@ def main():
             row += f"| {e['gbs']:.1f} |" if e else "| - |"
             print(row)
     print()
+
+    ggml = any(name.startswith("BM_Decode_Ggml") for name in native)
+    print("Against ggml's CPU flash attention (ggml_flash_attn_ext on the same K/V memory, "
+          "ggml's own threads, as many; GB/s of K/V read)\n")
+    if not ggml:
+        print("(razorkv_bench was built without ggml: see bench/fetch_ggml.sh)\n")
+    else:
+        print("| tokens | group | dtype | razorkv | ggml | razorkv / ggml time | ggml's difference |")
+        print("|-------:|-------|-------|--------:|-----:|--------------------:|------------------:|")
+        for dtype in dtypes:
+            for tokens, group in cases_of(native, rf"BM_Decode_Ggml<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
+                r = native.get(case("Decode_Razorkv", dtype, tokens, group))
+                g = native[case("Decode_Ggml", dtype, tokens, group)]
+                if r is None:
+                    continue
+                print(f"| {tokens:,} | {group_name.get(group, group)} | {short[dtype]} | {r['gbs']:.1f} "
+                      f"| {g['gbs']:.1f} | {r['ms'] / g['ms']:.2f} | {g['relative_difference']:.1e} |")
+        print()
 
     print("Decode over the RazorAttention cache vs the dense cache (same layer; razor GB/s count "
           "the bytes the razor cache holds)\n")

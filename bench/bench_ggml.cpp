@@ -1,0 +1,137 @@
+// The bar razorkv's decode is held to: ggml's CPU flash attention (ggml_flash_attn_ext, the kernel
+// llama.cpp decodes with), run on the very K/V memory BM_Decode_Razorkv reads, same shapes.
+// Built into razorkv_bench only when RAZORKV_GGML_SOURCE_DIR names ggml's sources; see
+// bench/fetch_ggml.sh. The sources are llama.rn's copy of llama.cpp, whose symbols carry an
+// `lm_` prefix (lm_ggml_flash_attn_ext is ggml_flash_attn_ext).
+#include <benchmark/benchmark.h>
+
+#include <razorkv/razorkv.hpp>
+
+#include "bench_support.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ggml-cpu.h>
+#include <ggml.h>
+
+namespace {
+
+using razorkv::index_t;
+using namespace razorkv_bench;
+
+template <class T>
+constexpr lm_ggml_type ggml_type_of() {
+  if constexpr (std::is_same_v<T, float>) return LM_GGML_TYPE_F32;
+  if constexpr (std::is_same_v<T, Eigen::half>) return LM_GGML_TYPE_F16;
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return LM_GGML_TYPE_BF16;
+}
+
+// ggml's [head_dim, tokens, kv_heads] view of the cache's keys or values, over the cache's own
+// memory (no copy, so both kernels read the same pages). Null when the heads are not one
+// equally strided block, which ggml's tensors need.
+template <class T>
+lm_ggml_tensor* wrap_cache(lm_ggml_context* ctx, const razorkv::dense_kv_cache<T>& cache,
+                           bool keys) {
+  const auto head = [&](index_t h) {
+    const razorkv::kv_span<T> span = cache.span(0, h, 0);
+    return keys ? span.keys : span.values;
+  };
+  const razorkv::matrix_view<const T> first = head(0);
+  const index_t head_stride = kKvHeads > 1 ? head(1).data() - first.data() : 0;
+  for (index_t h = 0; h < kKvHeads; ++h) {
+    if (cache.num_spans(0, h) != 1 || head(h).data() != first.data() + h * head_stride ||
+        head(h).row_stride() != first.row_stride())
+      return nullptr;
+  }
+  lm_ggml_tensor* t =
+      lm_ggml_new_tensor_3d(ctx, ggml_type_of<T>(), kHeadDim, first.rows(), kKvHeads);
+  const std::size_t element = sizeof(T);
+  t->nb[1] = static_cast<std::size_t>(first.row_stride()) * element;
+  t->nb[2] = static_cast<std::size_t>(head_stride) * element;
+  t->nb[3] = t->nb[2] * kKvHeads;
+  t->data = const_cast<T*>(first.data());
+  return t;
+}
+
+// ggml's decode of one token over the layer: q [head_dim, 1, query_heads] in float, K and V
+// the cache's, no mask (a decoded token sees the whole cache), scale 1/sqrt(head_dim); on ggml's
+// own thread pool, with as many threads as razorkv's cases use (OMP_NUM_THREADS). The first
+// iteration's output is checked against razorkv's decode of the same queries, so that the two
+// figures time the same attention.
+template <class T>
+void BM_Decode_Ggml(benchmark::State& state) {
+  const index_t tokens = state.range(0), group = state.range(1);
+  const index_t query_heads = kKvHeads * group;
+  const auto& cache = layer_cache<T>(tokens);
+  std::vector<float> queries = make_queries(query_heads);
+
+  lm_ggml_init_params params{};
+  params.mem_size = 16 * lm_ggml_tensor_overhead() + lm_ggml_graph_overhead();
+  params.no_alloc = true;
+  lm_ggml_context* ctx = lm_ggml_init(params);
+  lm_ggml_tensor* k = wrap_cache(ctx, cache, true);
+  lm_ggml_tensor* v = wrap_cache(ctx, cache, false);
+  if (k == nullptr || v == nullptr) {
+    lm_ggml_free(ctx);
+    state.SkipWithError("the cache's heads are not one strided block");
+    return;
+  }
+  lm_ggml_tensor* q = lm_ggml_new_tensor_3d(ctx, LM_GGML_TYPE_F32, kHeadDim, 1, query_heads);
+  q->data = queries.data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  lm_ggml_tensor* attention = lm_ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
+  lm_ggml_flash_attn_ext_set_prec(attention, LM_GGML_PREC_F32);
+  std::vector<float> out(static_cast<std::size_t>(query_heads * kHeadDim));
+  attention->data = out.data();
+  lm_ggml_cgraph* graph = lm_ggml_new_graph(ctx);
+  lm_ggml_build_forward_expand(graph, attention);
+
+  lm_ggml_threadpool_params pool_params = lm_ggml_threadpool_params_default(threads());
+  lm_ggml_threadpool* pool = lm_ggml_threadpool_new(&pool_params);
+  lm_ggml_cplan plan = lm_ggml_graph_plan(graph, threads(), pool);
+  std::vector<std::uint8_t> work(plan.work_size);
+  plan.work_data = work.data();
+
+  // The same attention through razorkv: the largest difference, relative to the largest output.
+  lm_ggml_graph_compute(graph, &plan);
+  std::vector<float> expected(out.size());
+  razorkv::decode_attention(
+      cache, 0, razorkv::matrix_view<const float>(queries.data(), query_heads, kHeadDim),
+      razorkv::matrix_view<float>(expected.data(), query_heads, kHeadDim));
+  float largest = 0.0f, difference = 0.0f;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    largest = std::max(largest, std::abs(expected[i]));
+    difference = std::max(difference, std::abs(out[i] - expected[i]));
+  }
+  // ggml rounds the queries to the cache's 16-bit type before its dot products, and sums half
+  // values in half (its VKQ16 accumulator): measured 5e-4 of the largest output in bfloat16 and up
+  // to 4e-2 in half. A wrong layout or head mapping is off by the whole output.
+  const float tolerance = std::is_same_v<T, float>         ? 1e-4f
+                          : std::is_same_v<T, Eigen::half> ? 1e-1f
+                                                           : 1e-2f;
+  if (!(difference <= tolerance * largest)) {
+    state.SkipWithError(("ggml's output differs from razorkv's by " + std::to_string(difference) +
+                         " (largest output " + std::to_string(largest) + ")")
+                            .c_str());
+  } else {
+    for (auto _ : state) {
+      lm_ggml_graph_compute(graph, &plan);
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
+    state.counters["threads"] = threads();
+    state.counters["relative_difference"] = difference / largest;
+  }
+  lm_ggml_threadpool_free(pool);
+  lm_ggml_free(ctx);
+}
+
+BENCHMARK_TEMPLATE(BM_Decode_Ggml, float)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Ggml, Eigen::half)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Ggml, Eigen::bfloat16)->Apply(decode_shapes);
+
+}  // namespace
