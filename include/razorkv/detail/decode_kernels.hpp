@@ -26,9 +26,9 @@ namespace detail {
 inline namespace RAZORKV_DETAIL_ISA {
 
 // Rows of K/V per online-softmax step, counted over a head's entries whatever its spans (so the
-// caches need no alignment to it). The kernel reads a block of K, then the same block of V: 256
-// rows (128 KB of float K at dim 128, in L2) per stream switch keep the hardware prefetchers
-// streaming and amortise the accumulator rescale and the vectorised exp. Measured on Zen 4 (2
+// caches need no alignment to it). The kernel reads a block of K with the block of V before it
+// (kStepRows): 256 rows (128 KB of float K at dim 128, in L2) per block amortise the accumulator
+// rescale and the vectorised exp, and keep the hardware prefetchers streaming. Measured on Zen 4 (2
 // threads, 32K tokens, medians of 8 paired runs): 256 rows beat 64 by 1.11-1.25x at GQA 8,
 // 1.07-1.16x at GQA 4 and 1.01-1.06x at GQA 1, in float, half and bfloat16.
 inline constexpr index_t kBlockRows = 256;
@@ -174,13 +174,27 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
   }
 }
 
-// Software prefetch look-ahead, in rows of one stream (K or V), by storage dtype; 0 leaves the
-// streams to the hardware prefetchers. Measured on Zen 4 (2 threads, 64K tokens, GQA 1, 4 and 8):
-// for float, one row ahead beat none by up to 1.5x at GQA 8 (where the arithmetic per byte is
-// highest) and beat 16-64 rows ahead by 5-20%; for 16-bit rows no prefetch beat every distance, by
-// up to 1.35x at GQA 1 and 4. (On Zen 5, 16 KB ahead had beaten none for float.)
+// How attend_head feeds the memory system, by storage dtype and queries per pass; chosen by
+// measurement on Zen 4 (32K tokens x 8 kv heads, one thread, cold K/V, 2 runs of each variant).
+//
+// kStepRows: rows of one stream (a block's keys, the previous block's values) read before
+// switching to the other. Interleaving them finely keeps both streams in flight, which helps
+// where the arithmetic is lightest: 16-bit MHA read 1.3x faster with 16 rows than with whole
+// blocks. Everywhere else whole blocks were as fast or faster (16-bit GQA 8: 16 rows 0.8x; float
+// MHA 0.9x, and 0.9-1.0x with two threads).
+template <class T, int kQ>
+inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kBlockRows;
+// kPrefetchRows: software prefetch look-ahead of the keys, in rows; 0 leaves them to the hardware
+// prefetchers. For float one row ahead beat none (up to 1.5x at GQA 8) and 16-64 rows ahead (by
+// 5-20%); for 16-bit rows no prefetch beat every distance, by up to 1.35x at GQA 1 and 4.
 template <class T>
 inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? 1 : 0;
+// kPrefetchValues: whether scoring a row also prefetches its value row (read one block later),
+// so that the values arrive during arithmetic. It pays where the arithmetic dominates: float GQA
+// 8 read 1.3x faster with it; float MHA and GQA 4 1.1-1.3x slower, the prefetches then only
+// crowding the keys' stream.
+template <class T, int kQ>
+inline constexpr bool kPrefetchValues = kPrefetchRows<T> > 0 && kQ >= 8;
 
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>
@@ -272,7 +286,11 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   max_visible = min_of(max_visible, range_end);
   for (index_t i = 0; i < kQ * dim; ++i) out[i] = Acc(0);
 
-  alignas(64) Acc weights[std::size_t{kQ * kBlockRows}];
+  // Two blocks' weights: the scores of the block being read, the softmax weights of the one
+  // before it, whose values are read alongside (see below).
+  alignas(64) Acc weights[2][std::size_t{kQ * kBlockRows}];
+  Acc* block_weights = weights[0];
+  Acc* previous_weights = weights[1];
   Acc* key_scratch = scratch;
   Acc* value_scratch = scratch == nullptr ? nullptr : scratch + kWidenRows * dim;
 
@@ -284,25 +302,26 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   for (index_t s = 0; s < num_spans; ++s) total_entries += spans[s].length();
   const index_t end = min_of(range_end, total_entries);
 
-  // The block's rows as pieces of spans: calls f(span, first row in the span, rows, first row in
-  // the block) for each piece of entries [block_entry, block_entry + rows), in order.
-  index_t cursor_span = 0, cursor_span_first = 0;  // the span holding the block's first entry
-  const auto for_each_piece = [&](index_t block_entry, index_t rows, const auto& f) {
-    index_t s = cursor_span, span_first = cursor_span_first, done = 0;
-    while (done < rows) {
-      const kv_span<T>& span = spans[s];
-      const index_t offset = block_entry + done - span_first;
-      const index_t take = min_of(rows - done, span.length() - offset);  // 0 for an empty span
-      if (take > 0) f(span, offset, take, done);
-      done += take;
-      if (offset + take == span.length()) {
-        span_first += span.length();
-        ++s;
-      }
-    }
+  // A walk over entries [entry, end) of one block (whose first entry is block_first), in pieces
+  // of at most kStepRows rows of one span; `span` holds `entry`, and span_first is its first entry.
+  struct cursor {
+    index_t span, span_first, entry, end, block_first;
   };
-  // The scores of a piece's rows, plus its span's log-weight, into the block's weights at row
-  // `at`, widening at most kWidenRows rows at a time.
+  // Calls f(span, first row in the span, rows, first row in the block) for the cursor's next
+  // piece and moves past it. The cursor must not be done.
+  const auto step = [&](cursor& c, const auto& f) {
+    while (c.span_first + spans[c.span].length() <= c.entry) {  // also skips empty spans
+      c.span_first += spans[c.span].length();
+      ++c.span;
+    }
+    const kv_span<T>& span = spans[c.span];
+    const index_t offset = c.entry - c.span_first;
+    const index_t rows = min_of(kStepRows<T, kQ>, min_of(c.end - c.entry, span.length() - offset));
+    f(span, offset, rows, c.entry - c.block_first);
+    c.entry += rows;
+  };
+  // The scores of a piece's rows, plus its span's log-weight, into block_weights at row `at`,
+  // widening at most kWidenRows rows at a time.
   const auto score_piece = [&](const kv_span<T>& span, index_t first, index_t count, index_t at) {
     constexpr int kRows = kDotRows<kQ>;
     for (index_t sub = 0; sub < count; sub += kWidenRows) {
@@ -310,13 +329,13 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       index_t key_stride = 0;
       const kernel_row_t<T>* keys =
           block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
-      Acc* scores = weights + at + sub;
+      Acc* scores = block_weights + at + sub;
       index_t r = 0;
       for (; r + kRows <= sub_rows; r += kRows) {
-        if constexpr (kPrefetchRows < T >> 0) {
+        if constexpr (kPrefetchRows < T >> 0)
           prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
+        if constexpr (kPrefetchValues<T, kQ>)
           prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
-        }
         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim>(queries, keys + r * key_stride, key_stride,
                                                         dim, scores + r);
       }
@@ -329,11 +348,11 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
     const Acc log_weight = static_cast<Acc>(span.log_weight);
     if (log_weight != Acc(0)) {
       for (int q = 0; q < kQ; ++q) {
-        for (index_t r = 0; r < count; ++r) weights[q * kBlockRows + at + r] += log_weight;
+        for (index_t r = 0; r < count; ++r) block_weights[q * kBlockRows + at + r] += log_weight;
       }
     }
   };
-  // out += the piece's values weighted by the block's weights from row `at`.
+  // out += the piece's values weighted by previous_weights from row `at`.
   const auto accumulate_piece = [&](const kv_span<T>& span, index_t first, index_t count,
                                     index_t at) {
     for (index_t sub = 0; sub < count; sub += kWidenRows) {
@@ -341,22 +360,29 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       index_t value_stride = 0;
       const kernel_row_t<T>* values =
           block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
-      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(weights + at + sub, values, value_stride,
-                                                        sub_rows, dim, out);
+      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim>(previous_weights + at + sub, values,
+                                                        value_stride, sub_rows, dim, out);
     }
   };
 
+  // A block's values are read with the next block's keys, the two streams alternating every
+  // kStepRows rows, so that the memory system has the values to fetch while the keys are scored.
+  // The arithmetic is that of reading each block's keys, then its values: a block's weights are
+  // final before its values are read, and its values are all in `out` before the next block's
+  // softmax rescales it.
+  cursor values_to_read{0, 0, 0, 0, 0};  // the previous block's values (none at first)
+  index_t block_span = 0, block_span_first = 0;
   for (index_t block_entry = range_begin; block_entry < max_visible; block_entry += kBlockRows) {
-    while (cursor_span_first + spans[cursor_span].length() <= block_entry) {
-      cursor_span_first += spans[cursor_span].length();
-      ++cursor_span;
-    }
     const index_t rows = min_of(kBlockRows, end - block_entry);
-    for_each_piece(block_entry, rows, score_piece);
+    cursor keys_to_read{block_span, block_span_first, block_entry, block_entry + rows, block_entry};
+    while (keys_to_read.entry < keys_to_read.end || values_to_read.entry < values_to_read.end) {
+      if (keys_to_read.entry < keys_to_read.end) step(keys_to_read, score_piece);
+      if (values_to_read.entry < values_to_read.end) step(values_to_read, accumulate_piece);
+    }
 
     bool any_weight = false;
     for (int q = 0; q < kQ; ++q) {
-      Acc* w = weights + q * kBlockRows;
+      Acc* w = block_weights + q * kBlockRows;
       // Entries this query may read in this block; the rest (padding past `rows`, and
       // entries newer than the query under the causal mask) get weight exactly 0.
       const index_t readable =
@@ -389,9 +415,14 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       denominator[q] += exp_block(w, running_max[q]);
       any_weight = true;
     }
-    if (!any_weight) continue;
-    for_each_piece(block_entry, rows, accumulate_piece);
+    // This block's values are read with the next block's keys (none when no query reads it).
+    values_to_read = cursor{block_span, block_span_first, block_entry,
+                            any_weight ? block_entry + rows : block_entry, block_entry};
+    block_span = keys_to_read.span;
+    block_span_first = keys_to_read.span_first;
+    std::swap(block_weights, previous_weights);
   }
+  while (values_to_read.entry < values_to_read.end) step(values_to_read, accumulate_piece);
 
   if (maybe_partial_max != nullptr) {
     for (int q = 0; q < kQ; ++q) {
