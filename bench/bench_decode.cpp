@@ -1,11 +1,14 @@
-// Decode-attention benchmarks: a DRAM read-bandwidth baseline, a plain-Eigen decode baseline,
-// razorkv's decode kernel over the dense cache and over the RazorAttention cache, and the
-// compression itself, on one Llama-3-8B-like layer (8 kv heads, head_dim 128) read by 8, 32 or
-// 64 query heads (MHA, GQA group 4, GQA group 8), in float, half and bfloat16. Every case
-// reports the unique K/V bytes it reads per second. Threads: OMP_NUM_THREADS.
+// Decode-attention benchmarks: a DRAM read-bandwidth and a multiply-add baseline, a plain-Eigen
+// decode baseline, razorkv's decode kernel over the dense cache (cold and in cache) and over the
+// RazorAttention cache, and the compression itself, on one Llama-3-8B-like layer (8 kv heads,
+// head_dim 128) read by 8, 32 or 64 query heads (MHA, GQA group 4, GQA group 8), in float, half
+// and bfloat16. Every case reports the unique K/V bytes it reads per second. Threads:
+// OMP_NUM_THREADS.
 #include <benchmark/benchmark.h>
 
 #include <razorkv/razorkv.hpp>
+// The kernels' vector type, for the multiply-add baseline.
+#include <razorkv/detail/simd.hpp>
 
 #include "bench_support.hpp"
 
@@ -50,6 +53,37 @@ void BM_MemoryRead_Sum(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * static_cast<std::int64_t>(sizeof(float)));
   state.counters["threads"] = threads();
   state.SetLabel(razorkv::kernel_isa());
+}
+
+// Baseline: the multiply-add peak of the build's vectors (razorkv's simd_t, the width its
+// kernels use): 12 independent chains per thread, more than the FMA latency times the FMA pipes of
+// current cores, on every thread. Items are multiply-adds (vector lanes). A decode shape's
+// arithmetic roof follows from it: a K and V row of head_dim columns costs 2 x group x head_dim
+// multiply-adds for 2 x head_dim x sizeof(T) bytes, so at most peak x sizeof(T) / group bytes/s.
+void BM_FmaPeak(benchmark::State& state) {
+  using vector = razorkv::detail::simd_t<float>;
+  constexpr int kChains = 12;
+  constexpr index_t kSteps = index_t{1} << 20;
+  for (auto _ : state) {
+#if defined(_OPENMP)
+#pragma omp parallel
+#endif
+    {
+      vector chains[kChains];
+      for (int c = 0; c < kChains; ++c)
+        chains[c] = razorkv::detail::simd_broadcast(static_cast<float>(c));
+      const vector factor = razorkv::detail::simd_broadcast(0.999999f);
+      const vector term = razorkv::detail::simd_broadcast(1e-6f);
+      for (index_t step = 0; step < kSteps; ++step) {
+        for (int c = 0; c < kChains; ++c) chains[c] = chains[c] * factor + term;
+      }
+      benchmark::DoNotOptimize(chains);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * threads() * kSteps * kChains *
+                          razorkv::detail::simd_lanes<float>);
+  state.counters["threads"] = threads();
+  state.counters["vector_bytes"] = static_cast<double>(sizeof(vector));
 }
 
 // Baseline: decode written the plain way with Eigen, one query head at a time
@@ -112,6 +146,16 @@ template <class T>
 void BM_Decode_Razorkv(benchmark::State& state) {
   const index_t tokens = state.range(0);
   time_decode(state, layer_cache<T>(tokens), state.range(1), unique_kv_bytes<T>(tokens));
+}
+
+// razorkv's decode kernel with the layer in the caches: 1K tokens (8 MiB of float K/V, a quarter
+// of this class of server's last-level cache) read again every iteration. The rate of the
+// kernel's arithmetic and cache traffic, to set against the cold cases: a shape whose in-cache
+// rate is below the read bandwidth is bound by its arithmetic, not by the memory.
+template <class T>
+void BM_Decode_InCache(benchmark::State& state) {
+  constexpr index_t kTokens = 1024;
+  time_decode(state, layer_cache<T>(kTokens), state.range(0), unique_kv_bytes<T>(kTokens));
 }
 
 // The RazorAttention plan of the layer read by `group` query heads per kv head: 1 of its 8 kv
@@ -271,6 +315,9 @@ void BM_Decode_FanOut(benchmark::State& state) {
 
 // Long contexts for dense-vs-razor: the paper's window (4000 tokens) is most of a 16K prompt
 // and a fifth of a 64K or 256K one.
+void in_cache_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"group"})->Arg(1)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
 void razor_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"tokens", "group"})
       ->ArgsProduct({{16384, 65536, 262144}, {1, 4, 8}})
@@ -289,6 +336,7 @@ void compress_shapes(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_MemoryRead_Sum)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode_FanOut)
     ->ArgNames({"tokens", "fanout", "contended"})
     ->ArgsProduct({{4096, 32768}, {0, 1, 2}, {0, 1}})
@@ -299,6 +347,9 @@ BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::half)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_InCache, float)->Apply(in_cache_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_InCache, Eigen::half)->Apply(in_cache_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_InCache, Eigen::bfloat16)->Apply(in_cache_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_RazorCache, float)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::half)->Apply(razor_shapes);

@@ -3,8 +3,10 @@
 
 Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
 razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
-the same cases, interleaved repetitions, and prints markdown tables of medians: each figure
-beside the read bandwidth (BM_MemoryRead_Sum) measured in the same run of the same binary. Where
+the same cases, taking turns round by round, and prints markdown tables of medians: each figure
+beside the read bandwidth (BM_MemoryRead_Sum) measured in the same rounds of the same binary,
+and each decode shape beside what bounds it (the read bandwidth, or its in-cache rate and the
+multiply-add peak, BM_FmaPeak). Where
 razorkv_bench was built with ggml (RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's
 CPU flash attention on the same K/V.
 
@@ -18,33 +20,41 @@ import statistics
 import subprocess
 import sys
 
-CASES = ("MemoryRead|Decode_Razorkv|Decode_RazorCache|Decode_PlainEigen|Decode_Ggml|Compress_RazorCache"
-         "|Decode_FanOut")
+CASES = ("MemoryRead|FmaPeak|Decode_Razorkv|Decode_InCache|Decode_RazorCache|Decode_PlainEigen|Decode_Ggml"
+         "|Compress_RazorCache|Decode_FanOut")
+DTYPE_BYTES = {"float": 4, "Eigen::half": 2, "Eigen::bfloat16": 2}
 
 
-def run(binary, args):
-    """Medians (real time, bytes/s, label, counters) of every case, by name."""
-    command = [binary, f"--benchmark_filter={args.filter}", "--benchmark_format=json",
-               f"--benchmark_repetitions={args.repetitions}", f"--benchmark_min_time={args.min_time}",
-               "--benchmark_enable_random_interleaving=true"]
-    print("running:", " ".join(command), file=sys.stderr, flush=True)
-    report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
-    runs = {}
-    for b in report["benchmarks"]:
-        if b.get("run_type") != "iteration":
-            continue
-        runs.setdefault(b["run_name"], []).append(b)
-    medians = {}
-    for name, reps in runs.items():
-        medians[name] = {
-            "ms": statistics.median(r["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
-                                    for r in reps),
-            "gbs": statistics.median(r.get("bytes_per_second", 0.0) for r in reps) / 1e9,
-            "label": reps[0].get("label", ""),
-            "dense_over_razor": reps[0].get("dense_over_razor"),
-            "relative_difference": reps[0].get("relative_difference"),
-        }
-    return medians
+def run_rounds(binaries, args):
+    """Medians (real time, bytes/s, items/s, label, counters) of every case of each binary, by name.
+
+    The binaries take turns, one repetition of every case each per round, so that a ratio between
+    them compares runs minutes apart at most: this machine's memory bandwidth drifts over minutes.
+    """
+    runs = [{} for _ in binaries]
+    for round_index in range(args.repetitions):
+        for binary, binary_runs in zip(binaries, runs):
+            command = [binary, f"--benchmark_filter={args.filter}", "--benchmark_format=json",
+                       "--benchmark_repetitions=1", f"--benchmark_min_time={args.min_time}",
+                       "--benchmark_enable_random_interleaving=true"]
+            print(f"round {round_index + 1}/{args.repetitions}:", " ".join(command), file=sys.stderr, flush=True)
+            report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
+            for b in report["benchmarks"]:
+                if b.get("run_type") == "iteration":
+                    binary_runs.setdefault(b["run_name"], []).append(b)
+    return [{name: summary(reps) for name, reps in binary_runs.items()} for binary_runs in runs]
+
+
+def summary(reps):
+    return {
+        "ms": statistics.median(r["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
+                                for r in reps),
+        "gbs": statistics.median(r.get("bytes_per_second", 0.0) for r in reps) / 1e9,
+        "per_second": statistics.median(r.get("items_per_second", 0.0) for r in reps),
+        "label": reps[0].get("label", ""),
+        "dense_over_razor": reps[0].get("dense_over_razor"),
+        "relative_difference": reps[0].get("relative_difference"),
+    }
 
 
 def case(kind, dtype, tokens, group=None):
@@ -61,24 +71,57 @@ def cases_of(medians, pattern):
     return sorted(found)
 
 
+def print_roofs(native, read_gbs, dtypes, short, group_name):
+    """What bounds each dense decode shape: the memory (the read bandwidth) or the arithmetic (the
+    in-cache rate, and above it the multiply-add peak), all from the same run of the native binary."""
+    peak = native.get("BM_FmaPeak/real_time")
+    if peak is None:
+        return
+    macs = peak["per_second"]
+    print(f"Roofs: cold decode against the lower of the read bandwidth ({read_gbs:.1f} GB/s) and the "
+          f"same kernel with the layer in cache (1K tokens); the multiply-add peak (BM_FmaPeak, "
+          f"{macs / 1e9:.0f} G/s) caps a shape at peak x sizeof(dtype) / group bytes/s\n")
+    print("| group | dtype | multiply-add roof | in cache | of multiply-add roof | bound | cold, by tokens "
+          "| cold of bound |")
+    print("|-------|-------|------------------:|---------:|---------------------:|------:|----------------:"
+          "|--------------:|")
+    for dtype in dtypes:
+        for (group,) in cases_of(native, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/"):
+            hot = native[f"BM_Decode_InCache<{dtype}>/group:{group}/real_time"]["gbs"]
+            roof = macs * DTYPE_BYTES[dtype] / group / 1e9
+            bound = min(read_gbs, hot)
+            cold = [(tokens, native[case("Decode_Razorkv", dtype, tokens, group)]["gbs"])
+                    for tokens, g in cases_of(native, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/")
+                    if g == group and 32768 <= tokens <= 131072]
+            print(f"| {group_name.get(group, group)} | {short[dtype]} | {roof:.0f} | {hot:.1f} "
+                  f"| {100 * hot / roof:.0f}% | {bound:.1f} ({'memory' if read_gbs <= hot else 'arithmetic'}) "
+                  f"| {', '.join(f'{t // 1024}K {g:.1f}' for t, g in cold)} "
+                  f"| {', '.join(f'{100 * g / bound:.0f}%' for _, g in cold)} |")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bench_dir", help="the folder holding razorkv_bench and razorkv_bench_portable")
-    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--repetitions", type=int, default=5,
+                        help="rounds: each binary runs every case once per round")
     parser.add_argument("--min-time", default="0.2")
     parser.add_argument("--filter", default=CASES)
     args = parser.parse_args()
 
-    native = run(os.path.join(args.bench_dir, "razorkv_bench"), args)
+    binaries = [os.path.join(args.bench_dir, "razorkv_bench")]
     portable_path = os.path.join(args.bench_dir, "razorkv_bench_portable")
-    portable = run(portable_path, args) if os.path.exists(portable_path) else {}
+    if os.path.exists(portable_path):
+        binaries.append(portable_path)
+    native, portable = (run_rounds(binaries, args) + [{}])[:2]
     read = {"native": native["BM_MemoryRead_Sum/real_time"]["gbs"]}
     if portable:
         read["portable"] = portable["BM_MemoryRead_Sum/real_time"]["gbs"]
     threads = os.environ.get("OMP_NUM_THREADS", "all")
     print(f"Read bandwidth (BM_MemoryRead_Sum): native run {read['native']:.1f} GB/s"
           + (f", portable run {read['portable']:.1f} GB/s" if portable else "")
-          + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} interleaved repetitions.")
+          + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} rounds, the binaries taking turns"
+          + " and each round's cases in random order.")
     if portable:
         isa = portable[next(iter(n for n in portable if n.startswith("BM_Decode_Razorkv")))]["label"]
         print(f"Portable build's kernels: {isa} (chosen at run time).")
@@ -104,6 +147,8 @@ def main():
             row += f"| {e['gbs']:.1f} |" if e else "| - |"
             print(row)
     print()
+
+    print_roofs(native, read["native"], dtypes, short, group_name)
 
     ggml = any(name.startswith("BM_Decode_Ggml") for name in native)
     print("Against ggml's CPU flash attention (ggml_flash_attn_ext on the same K/V memory, "
