@@ -1,5 +1,6 @@
 // Tests of the vectorised widening of half and bfloat16 rows against Eigen's scalar
-// conversion (every bit pattern, every length and misalignment), and of simd_sum.
+// conversion (every bit pattern, every length and misalignment; bfloat16's split load too), and
+// of simd_sum.
 #include <gtest/gtest.h>
 
 #include <razorkv/detail/simd.hpp>
@@ -45,6 +46,33 @@ TEST(RazorkvSimd, HalfWideningIsExactForEveryBitPattern) { check_all_bit_pattern
 TEST(RazorkvSimd, BfloatWideningIsExactForEveryBitPattern) {
   check_all_bit_patterns<Eigen::bfloat16>();
 }
+
+#if defined(__GNUC__) || defined(__clang__)
+// The split load decode uses for bfloat16 rows: even- and odd-indexed elements of 2 x lanes
+// values, each widened exactly (bit for bit, -0, infinities and subnormals included).
+TEST(RazorkvSimd, BfloatSplitLoadIsExactForEveryBitPattern) {
+  constexpr int kW = razorkv::detail::simd_lanes<float>;
+  std::vector<Eigen::bfloat16> source(65536);
+  for (std::uint32_t b = 0; b < 65536; ++b)
+    source[b] = from_bits<Eigen::bfloat16>(static_cast<std::uint16_t>(b));
+  for (std::size_t chunk = 0; chunk < source.size(); chunk += 2 * kW) {
+    razorkv::detail::simd_t<float> even, odd;
+    razorkv::detail::simd_load_bf16_split(source.data() + chunk, even, odd);
+    for (int j = 0; j < 2 * kW; ++j) {
+      const float expected = static_cast<float>(source[chunk + static_cast<std::size_t>(j)]);
+      const float got = j % 2 == 0 ? even[j / 2] : odd[j / 2];
+      if (std::isnan(expected)) {
+        EXPECT_TRUE(std::isnan(got)) << "element " << chunk + static_cast<std::size_t>(j);
+      } else {
+        std::uint32_t got_bits, want_bits;
+        std::memcpy(&got_bits, &got, 4);
+        std::memcpy(&want_bits, &expected, 4);
+        ASSERT_EQ(got_bits, want_bits) << "element " << chunk + static_cast<std::size_t>(j);
+      }
+    }
+  }
+}
+#endif
 
 TEST(RazorkvSimd, PortableHalfConversionMatchesEigen) {
   for (std::uint32_t b = 0; b < 65536; ++b) {

@@ -358,6 +358,21 @@ inline simd_t<Acc> simd_load_as(const S* p) noexcept {
 }
 
 #if defined(__GNUC__) || defined(__clang__)
+/// Two vectors of float from 2 * simd_lanes<float> consecutive bfloat16 values: `even` holds the
+/// even-indexed ones and `odd` the odd-indexed ones, each in order. Exact, as simd_load_as; one
+/// load and two lane-wise integer operations, where widening in order costs a lane shuffle per
+/// vector: seen as pairs of bfloat16 in 32-bit lanes, an even element is the low half (shifted
+/// up into a float's high half) and an odd one is the high half (the low half masked off).
+inline void simd_load_bf16_split(const Eigen::bfloat16* p, simd_t<float>& even,
+                                 simd_t<float>& odd) noexcept {
+  simd_u32_t pairs;
+  std::memcpy(&pairs, p, sizeof(pairs));
+  const simd_u32_t even_bits = pairs << 16;
+  const simd_u32_t odd_bits = pairs & 0xFFFF0000u;
+  std::memcpy(&even, &even_bits, sizeof(even));
+  std::memcpy(&odd, &odd_bits, sizeof(odd));
+}
+
 // One double vector's lanes as float, and as bfloat16 bits before and after widening.
 typedef float simd_float_for_double_t __attribute__((vector_size(kVectorBytes / 2)));
 typedef std::uint16_t simd_bf16_for_double_t __attribute__((vector_size(kVectorBytes / 4)));
