@@ -228,7 +228,8 @@ template <class T, int kQ, int kDim>
 inline constexpr bool kSplitColumns =
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    std::is_same_v<T, Eigen::bfloat16>&& kQ<8 && kDim> 0 && kDim % (2 * simd_lanes<float>) == 0;
+    std::is_same_v<T, Eigen::bfloat16> && (kQ < 8) && (kDim > 0) &&
+    (kDim % (2 * simd_lanes<float>) == 0);
 #else
     false;
 #endif
