@@ -54,3 +54,21 @@
 #define RAZORKV_LIKELY(x) (x)
 #define RAZORKV_UNLIKELY(x) (x)
 #endif
+
+// RAZORKV_UNROLL, before a loop whose trip count is a compile-time constant: unroll it whole.
+// RAZORKV_UNROLL_BY(n), before a loop over a head's columns: unroll it n times (whole, when it
+// has at most n steps). The kernels keep their accumulators in small arrays indexed by such
+// loops' counters, which become registers only once the loops are unrolled. GCC does that by
+// itself at -O3 but not at -O2 (CMake's RelWithDebInfo, Debian's package builds, Bazel's opt
+// mode), where it left the arrays in memory: without these macros, decode with the layer in
+// cache ran 1.5-2.7x slower at -O2 than at -O3 (Zen 4, GCC 12; bench/report.py's -O2 table
+// measures the kernels as they are). Clang unrolls them at -O2 unasked (as fast as at -O3), and
+// asking it made a sanitizer build's decode test compile 2.7x slower, so only GCC is asked.
+#if defined(__GNUC__) && !defined(__clang__)
+#define RAZORKV_DETAIL_PRAGMA(text) _Pragma(#text)
+#define RAZORKV_UNROLL _Pragma("GCC unroll 64")
+#define RAZORKV_UNROLL_BY(n) RAZORKV_DETAIL_PRAGMA(GCC unroll n)
+#else
+#define RAZORKV_UNROLL
+#define RAZORKV_UNROLL_BY(n)
+#endif

@@ -37,11 +37,14 @@ inline void add_tile(const S* RAZORKV_RESTRICT rows, index_t count, index_t stri
                      double* RAZORKV_RESTRICT sums) noexcept {
   constexpr int kLanes = simd_lanes<double>;
   simd_t<double> acc[std::size_t{kVectors}];
+  RAZORKV_UNROLL
   for (int j = 0; j < kVectors; ++j) acc[j] = simd_load(sums + column + j * kLanes);
   const S* row = rows + column;
   for (index_t r = 0; r < count; ++r, row += stride) {
+    RAZORKV_UNROLL
     for (int j = 0; j < kVectors; ++j) acc[j] += simd_load_as_double(row + j * kLanes);
   }
+  RAZORKV_UNROLL
   for (int j = 0; j < kVectors; ++j) simd_store(sums + column + j * kLanes, acc[j]);
 }
 

@@ -76,10 +76,12 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
   if constexpr (kSplit) {
     static_assert(kCount % 2 == 0, "razorkv: split rows load in pairs of vectors");
 #if defined(__GNUC__) || defined(__clang__)
+    RAZORKV_UNROLL
     for (int p = 0; p < kCount / 2; ++p)
       simd_load_bf16_split(row + 2 * p * kW, vectors[2 * p], vectors[2 * p + 1]);
 #endif
   } else {
+    RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_load_as<Acc>(row + j * kW);
   }
 }
@@ -100,16 +102,23 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
   const index_t vector_end = (dim / kW) * kW;
   simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kRows}];
+  RAZORKV_UNROLL
   for (int q = 0; q < kQ; ++q) {
+    RAZORKV_UNROLL
     for (int r = 0; r < kRows; ++r) acc[q][r] = simd_zero<Acc>();
   }
+  RAZORKV_UNROLL_BY(8)
   for (index_t c = 0; c < vector_end; c += kUnit * kW) {
     simd_t<Acc> key[std::size_t{kRows}][std::size_t{kUnit}];
+    RAZORKV_UNROLL
     for (int r = 0; r < kRows; ++r)
       load_row_vectors<Acc, S, kUnit, kSplit>(keys + r * key_stride + c, key[r]);
+    RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
+      RAZORKV_UNROLL
       for (int u = 0; u < kUnit; ++u) {
         const simd_t<Acc> query = simd_load(queries + q * dim + c + u * kW);
+        RAZORKV_UNROLL
         for (int r = 0; r < kRows; ++r) acc[q][r] += query * key[r][u];
       }
     }
@@ -163,18 +172,24 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
                                index_t dim, index_t c, Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kCount}];
+  RAZORKV_UNROLL
   for (int q = 0; q < kQ; ++q) {
+    RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) acc[q][j] = simd_load(out + q * dim + c + j * kW);
   }
   for (index_t r = 0; r < rows; ++r) {
     simd_t<Acc> v[std::size_t{kCount}];
     load_row_vectors<Acc, S, kCount, kSplit>(values + r * value_stride + c, v);
+    RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
       const simd_t<Acc> w = simd_broadcast(weights[q * kBlockRows + r]);
+      RAZORKV_UNROLL
       for (int j = 0; j < kCount; ++j) acc[q][j] += w * v[j];
     }
   }
+  RAZORKV_UNROLL
   for (int q = 0; q < kQ; ++q) {
+    RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) simd_store(out + q * dim + c + j * kW, acc[q][j]);
   }
 }

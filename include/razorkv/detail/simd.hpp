@@ -522,6 +522,7 @@ template <class Acc, int kSegment, int kCount>
 inline void fold_level(simd_t<Acc>* v) noexcept {
   if constexpr (kSegment >= 1) {
     if constexpr (kCount >= 2) {
+      RAZORKV_UNROLL
       for (int i = 0; i < kCount / 2; ++i) v[i] = fold_pair<Acc, kSegment>(v[2 * i], v[2 * i + 1]);
       fold_level<Acc, kSegment / 2, kCount / 2>(v);
     } else {
@@ -539,9 +540,11 @@ inline void simd_sum_each(const simd_t<Acc>* v, Acc* RAZORKV_RESTRICT sums) noex
   static_assert(kN > 0 && (kN & (kN - 1)) == 0, "razorkv: simd_sum_each folds a power of two");
   constexpr int kW = simd_lanes<Acc>;
   simd_t<Acc> level[std::size_t{kN}];
+  RAZORKV_UNROLL
   for (int i = 0; i < kN; ++i) level[i] = v[i];
   fold_level<Acc, kW / 2, kN>(level);
   // kN >= kW: vector m holds the sums of v[m * kW, (m + 1) * kW); else vector 0 holds all.
+  RAZORKV_UNROLL
   for (int i = 0; i < kN; ++i) sums[i] = level[i / kW][i % kW];
 }
 #else
