@@ -3,7 +3,8 @@
 
 Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
 razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
-the same cases, taking turns round by round, and prints markdown tables of medians: each figure
+the same cases, and razorkv_bench_o2 (as razorkv_bench, at -O2) with the in-cache decode and
+compression cases where it was built, taking turns round by round, and prints markdown tables of medians: each figure
 beside the read bandwidth (BM_MemoryRead_Sum) measured in the same rounds of the same binary,
 and each decode shape beside what bounds it (the read bandwidth, or its in-cache rate and the
 multiply-add peak, BM_FmaPeak). Where
@@ -22,19 +23,23 @@ import sys
 
 CASES = ("MemoryRead|FmaPeak|Decode_Razorkv|Decode_InCache|Decode_RazorCache|Decode_PlainEigen|Decode_Ggml"
          "|Compress_RazorCache|Decode_FanOut")
+# razorkv_bench_o2 runs only what sets the optimisation level's cost apart from the memory's.
+O2_COMPRESS_TOKENS = 65536
+O2_CASES = rf"Decode_InCache|Compress_RazorCache<[^>]*>/tokens:{O2_COMPRESS_TOKENS}/"
 DTYPE_BYTES = {"float": 4, "Eigen::half": 2, "Eigen::bfloat16": 2}
 
 
 def run_rounds(binaries, args):
     """Medians (real time, bytes/s, items/s, label, counters) of every case of each binary, by name.
+    binaries: (path, case filter) pairs.
 
     The binaries take turns, one repetition of every case each per round, so that a ratio between
     them compares runs minutes apart at most: this machine's memory bandwidth drifts over minutes.
     """
     runs = [{} for _ in binaries]
     for round_index in range(args.repetitions):
-        for binary, binary_runs in zip(binaries, runs):
-            command = [binary, f"--benchmark_filter={args.filter}", "--benchmark_format=json",
+        for (binary, cases), binary_runs in zip(binaries, runs):
+            command = [binary, f"--benchmark_filter={cases}", "--benchmark_format=json",
                        "--benchmark_repetitions=1", f"--benchmark_min_time={args.min_time}",
                        "--benchmark_enable_random_interleaving=true"]
             print(f"round {round_index + 1}/{args.repetitions}:", " ".join(command), file=sys.stderr, flush=True)
@@ -55,6 +60,15 @@ def summary(reps):
         "dense_over_razor": reps[0].get("dense_over_razor"),
         "relative_difference": reps[0].get("relative_difference"),
     }
+
+
+def print_table_head(*columns):
+    """A markdown table's header and separator. A column whose name ends in ":" is right-aligned
+    (numbers), and its name is printed without the colon."""
+    names = [c[:-1] if c.endswith(":") else c for c in columns]
+    print("| " + " | ".join(names) + " |")
+    print("|" + "|".join("-" * (len(n) + 1) + ":" if c.endswith(":") else "-" * (len(n) + 2)
+                         for c, n in zip(columns, names)) + "|")
 
 
 def case(kind, dtype, tokens, group=None):
@@ -81,10 +95,8 @@ def print_roofs(native, read_gbs, dtypes, short, group_name):
     print(f"Roofs: cold decode against the lower of the read bandwidth ({read_gbs:.1f} GB/s) and the "
           f"same kernel with the layer in cache (1K tokens); the multiply-add peak (BM_FmaPeak, "
           f"{macs / 1e9:.0f} G/s) caps a shape at peak x sizeof(dtype) / group bytes/s\n")
-    print("| group | dtype | multiply-add roof | in cache | of multiply-add roof | bound | cold, by tokens "
-          "| cold of bound |")
-    print("|-------|-------|------------------:|---------:|---------------------:|------:|----------------:"
-          "|--------------:|")
+    print_table_head("group", "dtype", "multiply-add roof:", "in cache:", "of multiply-add roof:", "bound:",
+                     "cold, by tokens:", "cold of bound:")
     for dtype in dtypes:
         for (group,) in cases_of(native, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/"):
             hot = native[f"BM_Decode_InCache<{dtype}>/group:{group}/real_time"]["gbs"]
@@ -100,20 +112,43 @@ def print_roofs(native, read_gbs, dtypes, short, group_name):
     print()
 
 
+def print_o2(native, at_o2, dtypes, short, group_name):
+    """The kernels header-only at -O2 (razorkv_bench_o2) against -O3 (razorkv_bench), same rounds."""
+    if not at_o2:
+        print("(razorkv_bench_o2 was not built: no -O2 table)\n")
+        return
+    print(f"At -O2: the in-cache decode and the reused compression ({O2_COMPRESS_TOKENS // 1024}K tokens) of "
+          "razorkv_bench_o2 against razorkv_bench (-O3), GB/s\n")
+    print_table_head("case", "dtype", "-O3:", "-O2:", "-O2 / -O3 time:")
+    for dtype in dtypes:
+        groups = cases_of(at_o2, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/")
+        names = [(f"decode in cache, {group_name.get(g, g)}", f"BM_Decode_InCache<{dtype}>/group:{g}/real_time")
+                 for (g,) in groups]
+        names.append(("compression, reused", case("Compress_RazorCache", dtype, O2_COMPRESS_TOKENS)))
+        for label, name in names:
+            o3, o2 = native.get(name), at_o2.get(name)
+            if o3 and o2:
+                print(f"| {label} | {short[dtype]} | {o3['gbs']:.1f} | {o2['gbs']:.1f} | {o2['ms'] / o3['ms']:.2f} |")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bench_dir", help="the folder holding razorkv_bench and razorkv_bench_portable")
+    parser.add_argument("bench_dir", help="the folder holding razorkv_bench (and razorkv_bench_portable, razorkv_bench_o2 where built)")
     parser.add_argument("--repetitions", type=int, default=5,
                         help="rounds: each binary runs every case once per round")
     parser.add_argument("--min-time", default="0.2")
     parser.add_argument("--filter", default=CASES)
     args = parser.parse_args()
 
-    binaries = [os.path.join(args.bench_dir, "razorkv_bench")]
-    portable_path = os.path.join(args.bench_dir, "razorkv_bench_portable")
-    if os.path.exists(portable_path):
-        binaries.append(portable_path)
-    native, portable = (run_rounds(binaries, args) + [{}])[:2]
+    binaries = [(os.path.join(args.bench_dir, "razorkv_bench"), args.filter)]
+    optional = [("razorkv_bench_portable", args.filter), ("razorkv_bench_o2", O2_CASES)]
+    binaries += [(os.path.join(args.bench_dir, name), cases) for name, cases in optional
+                 if os.path.exists(os.path.join(args.bench_dir, name))]
+    runs = dict(zip((os.path.basename(path) for path, _ in binaries), run_rounds(binaries, args)))
+    native = runs["razorkv_bench"]
+    portable = runs.get("razorkv_bench_portable", {})
+    at_o2 = runs.get("razorkv_bench_o2", {})
     read = {"native": native["BM_MemoryRead_Sum/real_time"]["gbs"]}
     if portable:
         read["portable"] = portable["BM_MemoryRead_Sum/real_time"]["gbs"]
@@ -123,8 +158,9 @@ def main():
           + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} rounds, the binaries taking turns"
           + " and each round's cases in random order.")
     if portable:
-        isa = portable[next(iter(n for n in portable if n.startswith("BM_Decode_Razorkv")))]["label"]
-        print(f"Portable build's kernels: {isa} (chosen at run time).")
+        decode = next((n for n in portable if n.startswith("BM_Decode_")), None)
+        if decode:
+            print(f"Portable build's kernels: {portable[decode]['label']} (chosen at run time).")
     print()
 
     dtypes = ["float", "Eigen::half", "Eigen::bfloat16"]
@@ -132,8 +168,8 @@ def main():
     group_name = {1: "MHA (1)", 4: "GQA 4", 8: "GQA 8"}
 
     print("Dense decode (GB/s of K/V read; share of the same run's read bandwidth)\n")
-    print("| tokens | group | dtype | native | of read bw | portable | portable / native | plain Eigen |")
-    print("|-------:|-------|-------|-------:|-----------:|---------:|------------------:|------------:|")
+    print_table_head("tokens:", "group", "dtype", "native:", "of read bw:", "portable:", "portable / native:",
+                     "plain Eigen:")
     for dtype in dtypes:
         for tokens, group in cases_of(native, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
             if tokens > 131072:
@@ -156,8 +192,8 @@ def main():
     if not ggml:
         print("(razorkv_bench was built without ggml: see bench/fetch_ggml.sh)\n")
     else:
-        print("| tokens | group | dtype | razorkv | ggml | razorkv / ggml time | ggml's difference |")
-        print("|-------:|-------|-------|--------:|-----:|--------------------:|------------------:|")
+        print_table_head("tokens:", "group", "dtype", "razorkv:", "ggml:", "razorkv / ggml time:",
+                         "ggml's difference:")
         for dtype in dtypes:
             for tokens, group in cases_of(native, rf"BM_Decode_Ggml<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
                 r = native.get(case("Decode_Razorkv", dtype, tokens, group))
@@ -170,8 +206,8 @@ def main():
 
     print("Decode over the RazorAttention cache vs the dense cache (same layer; razor GB/s count "
           "the bytes the razor cache holds)\n")
-    print("| tokens | group | dtype | dense | razor | speed-up | dense / razor bytes | razor GB/s | of read bw |")
-    print("|-------:|-------|-------|------:|------:|---------:|--------------------:|-----------:|-----------:|")
+    print_table_head("tokens:", "group", "dtype", "dense:", "razor:", "speed-up:", "dense / razor bytes:",
+                     "razor GB/s:", "of read bw:")
     for dtype in dtypes:
         for tokens, group in cases_of(native, rf"BM_Decode_RazorCache<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
             d = native.get(case("Decode_Razorkv", dtype, tokens, group))
@@ -186,10 +222,9 @@ def main():
     print("Compression (GB/s of the prefill's K/V read; into a reused cache, a freshly allocated one, "
           "a fresh one on a huge_page_resource, and a fresh one on a huge_page_resource that keeps "
           "freed blocks)\n")
-    print("| tokens | dtype | reused | of read bw | fresh | fresh / reused time | fresh, huge pages "
-          "| huge pages / reused time | fresh, kept pages | kept / reused time | portable reused |")
-    print("|-------:|-------|-------:|-----------:|------:|--------------------:|------------------:"
-          "|-------------------------:|------------------:|-------------------:|----------------:|")
+    print_table_head("tokens:", "dtype", "reused:", "of read bw:", "fresh:", "fresh / reused time:",
+                     "fresh, huge pages:", "huge pages / reused time:", "fresh, kept pages:", "kept / reused time:",
+                     "portable reused:")
     for dtype in dtypes:
         for (tokens,) in cases_of(native, rf"BM_Compress_RazorCache<{re.escape(dtype)}>/tokens:(\d+)/"):
             reused = native[case("Compress_RazorCache", dtype, tokens)]
@@ -205,10 +240,12 @@ def main():
 
     print()
 
+    print_o2(native, at_o2, dtypes, short, group_name)
+
     print("Threads: decode of the GQA-4 layer in float, ms, with one core busy with another thread "
           "or not (native binary)\n")
-    print("| tokens | busy core | one thread | default (OpenMP) | vs one thread | thread_pool | vs one thread |")
-    print("|-------:|-----------|-----------:|-----------------:|--------------:|------------:|--------------:|")
+    print_table_head("tokens:", "busy core", "one thread:", "default (OpenMP):", "vs one thread:", "thread_pool:",
+                     "vs one thread:")
     for tokens, _, contended in cases_of(native, r"BM_Decode_FanOut/tokens:(\d+)/fanout:(0)/contended:(\d+)/"):
         ms = [native[f"BM_Decode_FanOut/tokens:{tokens}/fanout:{f}/contended:{contended}/real_time"]["ms"]
               for f in range(3)]
