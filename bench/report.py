@@ -3,13 +3,12 @@
 
 Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
 razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
-the same cases, and razorkv_bench_o2 (as razorkv_bench, at -O2) with the in-cache decode and
-compression cases where it was built, taking turns round by round, and prints markdown tables of medians: each figure
-beside the read bandwidth (BM_MemoryRead_Sum) measured in the same rounds of the same binary,
-and each decode shape beside what bounds it (the read bandwidth, or its in-cache rate and the
-multiply-add peak, BM_FmaPeak). Where
-razorkv_bench was built with ggml (RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's
-CPU flash attention on the same K/V.
+the same cases, and razorkv_bench_o2 (razorkv_bench at -O2, where it was built) with the
+in-cache decode and compression cases, taking turns round by round, and prints markdown tables of
+medians: each figure beside the read bandwidth (BM_MemoryRead_Sum) measured in the same rounds of
+the same binary, and each decode shape beside what bounds it (the read bandwidth, or its in-cache
+rate and the multiply-add peak, BM_FmaPeak). Where razorkv_bench was built with ggml
+(RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's CPU flash attention on the same K/V.
 
     OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
 """
@@ -134,7 +133,8 @@ def print_o2(native, at_o2, dtypes, short, group_name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bench_dir", help="the folder holding razorkv_bench (and razorkv_bench_portable, razorkv_bench_o2 where built)")
+    parser.add_argument("bench_dir", help="the folder holding razorkv_bench (and razorkv_bench_portable "
+                                          "and razorkv_bench_o2, where built)")
     parser.add_argument("--repetitions", type=int, default=5,
                         help="rounds: each binary runs every case once per round")
     parser.add_argument("--min-time", default="0.2")
@@ -149,6 +149,9 @@ def main():
     native = runs["razorkv_bench"]
     portable = runs.get("razorkv_bench_portable", {})
     at_o2 = runs.get("razorkv_bench_o2", {})
+    if "BM_MemoryRead_Sum/real_time" not in native:
+        sys.exit(f"report.py: --filter {args.filter!r} leaves out BM_MemoryRead_Sum, which every share is "
+                 "divided by")
     read = {"native": native["BM_MemoryRead_Sum/real_time"]["gbs"]}
     if portable:
         read["portable"] = portable["BM_MemoryRead_Sum/real_time"]["gbs"]
