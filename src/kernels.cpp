@@ -17,10 +17,13 @@ RAZORKV_FOR_EACH_DECODE_SCHEDULE(RAZORKV_DEFINE_DECODE_SCHEDULE)
 
 namespace {
 
-// A kernel set this library holds, and whether the CPU (and its operating system) runs it.
+// A kernel set this library holds, whether the CPU (and its operating system) runs it, and
+// whether it is meant for this CPU (a set tuned for another vendor's cores runs, but is used only
+// when RAZORKV_KERNEL_ISA asks for it).
 struct kernel_candidate {
   const char* isa;
   bool runs;
+  bool suits;
   const kernel_set& (*kernels)();
 };
 
@@ -28,7 +31,11 @@ struct kernel_candidate {
 
 #if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
 // Compiled from src/kernels_isa.cpp with -mavx512f -mavx512bw -mavx512dq -mavx512vl
-// -mavx2 -mfma -mf16c, with -mavx2 -mfma -mf16c, and with the x86-64 baseline (SSE2).
+// -mavx2 -mfma -mf16c (and once more with -mtune=znver3), with -mavx2 -mfma -mf16c, and with the
+// x86-64 baseline (SSE2).
+#if defined(RAZORKV_KERNELS_ZEN) && RAZORKV_KERNELS_ZEN
+const kernel_set& compiled_kernels_isa_avx512_zen();
+#endif
 const kernel_set& compiled_kernels_isa_avx512();
 const kernel_set& compiled_kernels_isa_avx2();
 const kernel_set& compiled_kernels_isa_sse2();
@@ -40,20 +47,26 @@ const kernel_set& choose_kernels() {
 #if defined(RAZORKV_KERNELS_X86_DISPATCH) && RAZORKV_KERNELS_X86_DISPATCH
   const x86_features cpu = detect_x86_features();
   const bool v3 = cpu.avx2 && cpu.fma && cpu.f16c;
-  const kernel_candidate candidates[] = {{"avx512", v3 && cpu.avx512, &compiled_kernels_isa_avx512},
-                                         {"avx2", v3, &compiled_kernels_isa_avx2},
-                                         {"sse2", true, &compiled_kernels_isa_sse2}};
+  const kernel_candidate candidates[] = {
+#if defined(RAZORKV_KERNELS_ZEN) && RAZORKV_KERNELS_ZEN
+    {"avx512_zen", v3 && cpu.avx512, cpu.amd, &compiled_kernels_isa_avx512_zen},
+#endif
+    {"avx512", v3 && cpu.avx512, true, &compiled_kernels_isa_avx512},
+    {"avx2", v3, true, &compiled_kernels_isa_avx2},
+    {"sse2", true, true, &compiled_kernels_isa_sse2}
+  };
 #else
   // No run-time choice on this target: the kernels of the flags the library was built with.
   const kernel_candidate candidates[] = {
-      {RAZORKV_DETAIL_ISA_NAME, true, []() -> const kernel_set& { return compiled_kernels(); }}};
+      {RAZORKV_DETAIL_ISA_NAME, true, true,
+       []() -> const kernel_set& { return compiled_kernels(); }}};
 #endif
   // RAZORKV_KERNEL_ISA names the set to use instead of the best one (to test or time each).
   const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
   std::string names;
   for (const kernel_candidate& candidate : candidates) {
     if (wanted == nullptr || *wanted == '\0') {
-      if (candidate.runs) return candidate.kernels();
+      if (candidate.runs && candidate.suits) return candidate.kernels();
       continue;
     }
     if (std::strcmp(wanted, candidate.isa) == 0) {

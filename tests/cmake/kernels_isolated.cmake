@@ -1,7 +1,8 @@
 # ctest -P script: checks that one ISA's object of razorkv::kernels defines no code outside that
 # ISA's namespace. The linker keeps one copy of an inline function that several objects define;
 # if an AVX-512 object exported such a copy (a helper the compiler did not inline), an SSE2 CPU
-# could end up running it. Arguments: -DNM=<nm> -DISA=<avx512|avx2|sse2|build> -DOBJECT=<file>.
+# could end up running it. Arguments: -DNM=<nm> -DISA=<avx512_zen|avx512|avx2|sse2|build>
+# -DOBJECT=<file>.
 # Mangled names: a symbol whose name mentions the ISA's namespace anywhere (a function in it, or a
 # template instantiated for one of its types) is unique to that ISA; demangled return types can
 # hold parentheses and are harder to read reliably.

@@ -39,10 +39,17 @@
 // razorkv::kernels compiles the decode kernels once per ISA and picks one at run time, and the
 // linker must not swap an AVX-512 copy of a helper into the SSE2 kernels. The name promises "at
 // least these instructions" (a -march=native build on an AVX-512 CPU is isa_avx512 as well).
+// RAZORKV_DETAIL_TUNED_FOR_ZEN marks razorkv::kernels' second AVX-512 set, the same code compiled
+// with -mtune=znver3 for AMD's cores; its own namespace keeps its helpers apart from the first's.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
     defined(__AVX512VL__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(RAZORKV_DETAIL_TUNED_FOR_ZEN) && RAZORKV_DETAIL_TUNED_FOR_ZEN
+#define RAZORKV_DETAIL_ISA isa_avx512_zen
+#define RAZORKV_DETAIL_ISA_NAME "avx512_zen"
+#else
 #define RAZORKV_DETAIL_ISA isa_avx512
 #define RAZORKV_DETAIL_ISA_NAME "avx512"
+#endif
 #elif defined(__AVX512F__)
 #define RAZORKV_DETAIL_ISA isa_avx512f
 #define RAZORKV_DETAIL_ISA_NAME "avx512f"
@@ -129,11 +136,15 @@ inline Acc to_accum(S x) noexcept {
 struct x86_features {
   bool f16c = false, fma = false, avx2 = false;
   bool avx512 = false;  // F, BW, DQ and VL
+  bool amd = false;     // the vendor string is "AuthenticAMD"
 };
 
 inline x86_features detect_x86_features() noexcept {
   x86_features f;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
+  // The vendor string is spelt across EBX, EDX, ECX in that order: "Auth", "enti", "cAMD".
+  f.amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u;
   if (!osxsave || !avx) return f;
