@@ -3,8 +3,10 @@
 
 Runs build/bench's razorkv_bench (compiled with -march=native, header-only kernels) and
 razorkv_bench_portable (default flags, razorkv::kernels picking its kernels at run time) with
-the same cases, and razorkv_bench_o2 (razorkv_bench at -O2, where it was built) with the
-in-cache decode and compression cases, taking turns round by round, and prints markdown tables of
+the same cases, razorkv_bench_o2 (razorkv_bench at -O2, where it was built) with the in-cache
+decode and compression cases, and, where razorkv::kernels picks its AVX-512 kernels tuned for AMD
+Zen, razorkv_bench_portable once more with the default-tuned ones (RAZORKV_KERNEL_ISA=avx512) on
+the decode cases, taking turns round by round, and prints markdown tables of
 medians: each figure beside the read bandwidth (BM_MemoryRead_Sum) measured in the same rounds of
 the same binary, and each decode shape beside what bounds it (the read bandwidth, or its in-cache
 rate and the multiply-add peak, BM_FmaPeak). Where razorkv_bench was built with ggml
@@ -25,24 +27,28 @@ CASES = ("MemoryRead|FmaPeak|Decode_Razorkv|Decode_InCache|Decode_RazorCache|Dec
 # razorkv_bench_o2 runs only what sets the optimisation level's cost apart from the memory's.
 O2_COMPRESS_TOKENS = 65536
 O2_CASES = rf"Decode_InCache|Compress_RazorCache<[^>]*>/tokens:{O2_COMPRESS_TOKENS}/"
+# The portable binary with the default-tuned AVX-512 kernels: the decode cases the target is set on.
+TUNING_CASES = r"Decode_Razorkv<[^>]*>/tokens:(32768|131072)/|Decode_InCache"
 DTYPE_BYTES = {"float": 4, "Eigen::half": 2, "Eigen::bfloat16": 2}
 
 
 def run_rounds(binaries, args):
     """Medians (real time, bytes/s, items/s, label, counters) of every case of each binary, by name.
-    binaries: (path, case filter) pairs.
+    binaries: (path, case filter, environment variables to add) triples.
 
     The binaries take turns, one repetition of every case each per round, so that a ratio between
     them compares runs minutes apart at most: this machine's memory bandwidth drifts over minutes.
     """
     runs = [{} for _ in binaries]
     for round_index in range(args.repetitions):
-        for (binary, cases), binary_runs in zip(binaries, runs):
+        for (binary, cases, env), binary_runs in zip(binaries, runs):
             command = [binary, f"--benchmark_filter={cases}", "--benchmark_format=json",
                        "--benchmark_repetitions=1", f"--benchmark_min_time={args.min_time}",
                        "--benchmark_enable_random_interleaving=true"]
-            print(f"round {round_index + 1}/{args.repetitions}:", " ".join(command), file=sys.stderr, flush=True)
-            report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
+            print(f"round {round_index + 1}/{args.repetitions}:", *(f"{k}={v}" for k, v in env.items()),
+                  " ".join(command), file=sys.stderr, flush=True)
+            report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
+                                               env=dict(os.environ, **env)).stdout)
             for b in report["benchmarks"]:
                 if b.get("run_type") == "iteration":
                     binary_runs.setdefault(b["run_name"], []).append(b)
@@ -111,6 +117,35 @@ def print_roofs(native, read_gbs, dtypes, short, group_name):
     print()
 
 
+def kernel_label(binary):
+    """The kernel set a razorkv::kernels binary picks on this CPU (its decode cases' label)."""
+    command = [binary, "--benchmark_filter=BM_Decode_Razorkv<float>/tokens:4096/group:1/",
+               "--benchmark_format=json", "--benchmark_min_time=0.01"]
+    report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
+    return report["benchmarks"][0].get("label", "") if report["benchmarks"] else ""
+
+
+def print_tuning(portable, default_tuned, dtypes, short, group_name):
+    """razorkv::kernels' AVX-512 kernels tuned for Zen (what an AMD CPU gets) against the same
+    instructions with the compiler's default tuning (RAZORKV_KERNEL_ISA=avx512), same rounds."""
+    if not default_tuned:
+        return
+    print("Portable build, AVX-512 kernels by tuning: avx512_zen (chosen on this AMD CPU) against avx512 "
+          "(default tuning, RAZORKV_KERNEL_ISA=avx512), GB/s\n")
+    print_table_head("case", "dtype", "avx512_zen:", "avx512:", "avx512 / avx512_zen time:")
+    for dtype in dtypes:
+        names = [(f"decode in cache, {group_name.get(g, g)}", f"BM_Decode_InCache<{dtype}>/group:{g}/real_time")
+                 for (g,) in cases_of(default_tuned, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/")]
+        names += [(f"decode {t // 1024}K tokens, {group_name.get(g, g)}", case("Decode_Razorkv", dtype, t, g))
+                  for t, g in cases_of(default_tuned, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/")]
+        for label, name in names:
+            zen, generic = portable.get(name), default_tuned.get(name)
+            if zen and generic:
+                print(f"| {label} | {short[dtype]} | {zen['gbs']:.1f} | {generic['gbs']:.1f} "
+                      f"| {generic['ms'] / zen['ms']:.2f} |")
+    print()
+
+
 def print_o2(native, at_o2, dtypes, short, group_name):
     """The kernels header-only at -O2 (razorkv_bench_o2) against -O3 (razorkv_bench), same rounds."""
     if not at_o2:
@@ -141,14 +176,23 @@ def main():
     parser.add_argument("--filter", default=CASES)
     args = parser.parse_args()
 
-    binaries = [(os.path.join(args.bench_dir, "razorkv_bench"), args.filter)]
-    optional = [("razorkv_bench_portable", args.filter), ("razorkv_bench_o2", O2_CASES)]
-    binaries += [(os.path.join(args.bench_dir, name), cases) for name, cases in optional
-                 if os.path.exists(os.path.join(args.bench_dir, name))]
-    runs = dict(zip((os.path.basename(path) for path, _ in binaries), run_rounds(binaries, args)))
-    native = runs["razorkv_bench"]
-    portable = runs.get("razorkv_bench_portable", {})
-    at_o2 = runs.get("razorkv_bench_o2", {})
+    def path(name):
+        return os.path.join(args.bench_dir, name)
+
+    # (key, path, case filter, environment): razorkv_bench, and the others where built.
+    binaries = [("native", path("razorkv_bench"), args.filter, {})]
+    if os.path.exists(path("razorkv_bench_portable")):
+        binaries.append(("portable", path("razorkv_bench_portable"), args.filter, {}))
+        if kernel_label(path("razorkv_bench_portable")) == "avx512_zen":
+            binaries.append(("default_tuned", path("razorkv_bench_portable"), TUNING_CASES,
+                             {"RAZORKV_KERNEL_ISA": "avx512"}))
+    if os.path.exists(path("razorkv_bench_o2")):
+        binaries.append(("o2", path("razorkv_bench_o2"), O2_CASES, {}))
+    runs = dict(zip((key for key, *_ in binaries), run_rounds([b[1:] for b in binaries], args)))
+    native = runs["native"]
+    portable = runs.get("portable", {})
+    default_tuned = runs.get("default_tuned", {})
+    at_o2 = runs.get("o2", {})
     if "BM_MemoryRead_Sum/real_time" not in native:
         sys.exit(f"report.py: --filter {args.filter!r} leaves out BM_MemoryRead_Sum, which every share is "
                  "divided by")
@@ -193,7 +237,8 @@ def main():
     print("Against ggml's CPU flash attention (ggml_flash_attn_ext on the same K/V memory, "
           "ggml's own threads, as many; GB/s of K/V read)\n")
     if not ggml:
-        print("(razorkv_bench was built without ggml: see bench/fetch_ggml.sh)\n")
+        print("(no ggml case ran: razorkv_bench was built without ggml, see bench/fetch_ggml.sh, or --filter "
+              "left its cases out)\n")
     else:
         print_table_head("tokens:", "group", "dtype", "razorkv:", "ggml:", "razorkv / ggml time:",
                          "ggml's difference:")
@@ -242,6 +287,8 @@ def main():
                   + (f"| {p['gbs']:.1f} |" if p else "| - |"))
 
     print()
+
+    print_tuning(portable, default_tuned, dtypes, short, group_name)
 
     print_o2(native, at_o2, dtypes, short, group_name)
 
