@@ -117,6 +117,12 @@ def print_roofs(native, read_gbs, dtypes, short, group_name):
     print()
 
 
+def in_cache_cases(medians, dtype, group_name):
+    """(label, case name) of every in-cache decode (BM_Decode_InCache) of dtype that ran."""
+    return [(f"decode in cache, {group_name.get(g, g)}", f"BM_Decode_InCache<{dtype}>/group:{g}/real_time")
+            for (g,) in cases_of(medians, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/")]
+
+
 def kernel_label(binary):
     """The kernel set a razorkv::kernels binary picks on this CPU (its decode cases' label)."""
     command = [binary, "--benchmark_filter=BM_Decode_Razorkv<float>/tokens:4096/group:1/",
@@ -134,8 +140,7 @@ def print_tuning(portable, default_tuned, dtypes, short, group_name):
           "(default tuning, RAZORKV_KERNEL_ISA=avx512), GB/s\n")
     print_table_head("case", "dtype", "avx512_zen:", "avx512:", "avx512 / avx512_zen time:")
     for dtype in dtypes:
-        names = [(f"decode in cache, {group_name.get(g, g)}", f"BM_Decode_InCache<{dtype}>/group:{g}/real_time")
-                 for (g,) in cases_of(default_tuned, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/")]
+        names = in_cache_cases(default_tuned, dtype, group_name)
         names += [(f"decode {t // 1024}K tokens, {group_name.get(g, g)}", case("Decode_Razorkv", dtype, t, g))
                   for t, g in cases_of(default_tuned, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/")]
         for label, name in names:
@@ -155,9 +160,7 @@ def print_o2(native, at_o2, dtypes, short, group_name):
           "razorkv_bench_o2 against razorkv_bench (-O3), GB/s\n")
     print_table_head("case", "dtype", "-O3:", "-O2:", "-O2 / -O3 time:")
     for dtype in dtypes:
-        groups = cases_of(at_o2, rf"BM_Decode_InCache<{re.escape(dtype)}>/group:(\d+)/")
-        names = [(f"decode in cache, {group_name.get(g, g)}", f"BM_Decode_InCache<{dtype}>/group:{g}/real_time")
-                 for (g,) in groups]
+        names = in_cache_cases(at_o2, dtype, group_name)
         names.append(("compression, reused", case("Compress_RazorCache", dtype, O2_COMPRESS_TOKENS)))
         for label, name in names:
             o3, o2 = native.get(name), at_o2.get(name)
