@@ -1,6 +1,6 @@
 // Tests of the vectorised widening of half and bfloat16 rows against Eigen's scalar
-// conversion (every bit pattern, every length and misalignment; bfloat16's split load too), and
-// of simd_sum.
+// conversion (every bit pattern, every length and misalignment; bfloat16's split load too), of
+// simd_sum, and of simd_in_register.
 #include <gtest/gtest.h>
 
 #include <razorkv/detail/simd.hpp>
@@ -111,6 +111,28 @@ TEST(RazorkvSimd, WideningHandlesEveryLengthAndMisalignment) {
   }
 }
 
+// simd_in_register only pins its vector to a register: every lane comes back bit for bit, a NaN's
+// payload and a negative zero included.
+template <class Acc, class Bits>
+void check_in_register_keeps_every_lane() {
+  constexpr std::size_t lanes = razorkv::detail::simd_lanes<Acc>;
+  Bits bits[lanes];
+  for (std::size_t i = 0; i < lanes; ++i)
+    bits[i] = static_cast<Bits>(0x9e3779b97f4a7c15ull * (i + 1));
+  bits[0] = static_cast<Bits>(Bits{1} << (8 * sizeof(Bits) - 1));  // -0
+  bits[1] = static_cast<Bits>(~Bits{0} >> 1);  // a quiet NaN, every payload bit set
+  Acc in[lanes], out[lanes];
+  std::memcpy(in, bits, sizeof(in));
+  razorkv::detail::simd_store(
+      out, razorkv::detail::simd_in_register<Acc>(razorkv::detail::simd_load(in)));
+  EXPECT_EQ(std::memcmp(in, out, sizeof(in)), 0);
+}
+
+TEST(RazorkvSimd, InRegisterKeepsEveryLaneBitForBit) {
+  check_in_register_keeps_every_lane<float, std::uint32_t>();
+  check_in_register_keeps_every_lane<double, std::uint64_t>();
+}
+
 TEST(RazorkvSimd, SumAddsEveryLane) {
   constexpr int lanes = razorkv::detail::simd_lanes<float>;
   float values[lanes];
@@ -151,10 +173,14 @@ TEST(RazorkvSimd, SumEachIsSimdSumOfEachVector) {
   for (int round = 0; round < 20; ++round) {
     expect_sum_each_is_simd_sum<float, 1>(rng);
     expect_sum_each_is_simd_sum<float, 2>(rng);
+    expect_sum_each_is_simd_sum<float, 4>(rng);
     expect_sum_each_is_simd_sum<float, 8>(rng);
     expect_sum_each_is_simd_sum<float, 16>(rng);
     expect_sum_each_is_simd_sum<float, 32>(rng);
+    expect_sum_each_is_simd_sum<double, 1>(rng);
+    expect_sum_each_is_simd_sum<double, 2>(rng);
     expect_sum_each_is_simd_sum<double, 4>(rng);
+    expect_sum_each_is_simd_sum<double, 8>(rng);
     expect_sum_each_is_simd_sum<double, 16>(rng);
   }
 }

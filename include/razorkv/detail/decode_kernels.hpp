@@ -68,9 +68,23 @@ inline void from_split_columns(Acc* RAZORKV_RESTRICT block, index_t rows, index_
   }
 }
 
+// Whether load_row_vectors pins a row vector that several queries read to a register (see
+// there). Not on AVX-512, where it is untimed: GCC's -mtune=znver3 folds the loads there as well
+// (126 of attend_head<float, 4, 128>'s 144 multiply-adds read memory; 32 when pinned, 29 with
+// the default tuning), but the Zen 4 set's 1.34x over the default-tuned one on cold float GQA 4
+// (docs/benchmarks.md) was measured with the folded loads, and no AVX-512 CPU was at hand to time
+// the pinned code.
+inline constexpr bool kPinSharedRows =
+#if defined(__AVX512F__)
+    false;
+#else
+    true;
+#endif
+
 // kCount vectors of a stored row's columns from `row` on, as the kernels hold columns: in order,
-// or in split order (`row` then starts a chunk of 2 * kW columns, and kCount is even).
-template <class Acc, class S, int kCount, bool kSplit>
+// or in split order (`row` then starts a chunk of 2 * kW columns, and kCount is even). kReaders
+// queries read each vector.
+template <class Acc, class S, int kCount, bool kSplit, int kReaders>
 inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   if constexpr (kSplit) {
@@ -83,6 +97,15 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
   } else {
     RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_load_as<Acc>(row + j * kW);
+  }
+  // A plain load that the queries of a GQA group share is pinned to a register, so that it is
+  // loaded once, not once per query (see simd_in_register): on Zen 2, -march=native's float GQA 4
+  // decode then ran 1.07x faster, as fast as the default tuning's. Pinning more (widened rows, the
+  // queries, MHA's rows read once) measured slower there: bfloat16 GQA 4 1.2-1.3x, half GQA 8
+  // 1.07x, MHA 1.03-1.05x, from the registers it ties up.
+  if constexpr (kPinSharedRows && kReaders > 1 && std::is_same_v<S, Acc>) {
+    RAZORKV_UNROLL
+    for (int j = 0; j < kCount; ++j) vectors[j] = simd_in_register<Acc>(vectors[j]);
   }
 }
 
@@ -112,7 +135,7 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
     simd_t<Acc> key[std::size_t{kRows}][std::size_t{kUnit}];
     RAZORKV_UNROLL
     for (int r = 0; r < kRows; ++r)
-      load_row_vectors<Acc, S, kUnit, kSplit>(keys + r * key_stride + c, key[r]);
+      load_row_vectors<Acc, S, kUnit, kSplit, kQ>(keys + r * key_stride + c, key[r]);
     RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
       RAZORKV_UNROLL
@@ -179,7 +202,7 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
   }
   for (index_t r = 0; r < rows; ++r) {
     simd_t<Acc> v[std::size_t{kCount}];
-    load_row_vectors<Acc, S, kCount, kSplit>(values + r * value_stride + c, v);
+    load_row_vectors<Acc, S, kCount, kSplit, kQ>(values + r * value_stride + c, v);
     RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
       const simd_t<Acc> w = simd_broadcast(weights[q * kBlockRows + r]);
