@@ -100,9 +100,10 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
   }
   // A plain load that the queries of a GQA group share is pinned to a register, so that it is
   // loaded once, not once per query (see simd_in_register): on Zen 2, -march=native's float GQA 4
-  // decode then ran 1.07x faster, as fast as the default tuning's. Pinning more (widened rows, the
-  // queries, MHA's rows read once) measured slower there: bfloat16 GQA 4 1.2-1.3x, half GQA 8
-  // 1.07x, MHA 1.03-1.05x, from the registers it ties up.
+  // decode then ran 1.07x faster, as fast as the default tuning's. Pinning more measured slower
+  // there, from the registers it ties up: the queries as well, bfloat16 GQA 4 1.2x and half GQA 8
+  // 1.07x (1.3x at bfloat16 GQA 4 with the widened 16-bit rows too); MHA's rows, read once,
+  // 1.03-1.05x.
   if constexpr (kPinSharedRows && kReaders > 1 && std::is_same_v<S, Acc>) {
     RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_in_register<Acc>(vectors[j]);
