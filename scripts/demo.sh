@@ -10,5 +10,5 @@ build="$razorkv_root/build"
 mkdir -p "$build"
 razorkv_build "$build/demo" razorkv_trained_demo -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=g++ \
   -DRAZORKV_BUILD_TESTS=OFF -DRAZORKV_BUILD_BENCHMARKS=OFF -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=OFF \
-  -DRAZORKV_NATIVE_ARCH=ON
+  -DRAZORKV_NATIVE_ARCH=ON -DRAZORKV_BUILD_KERNELS=OFF
 "$build/demo/examples/razorkv_trained_demo" "$razorkv_root/examples/engine/model/model.safetensors" "$razorkv_root" "$@"

@@ -313,7 +313,7 @@ TEST(RazorkvDecodeKernels, RunTheRequestedInstructionSet) {
     return;
   }
   EXPECT_FALSE(isa.empty());
-#if defined(RAZORKV_SEPARATE_KERNELS) && defined(__x86_64__)
+#if defined(RAZORKV_TEST_KERNELS_DISPATCH) && RAZORKV_TEST_KERNELS_DISPATCH
   // Compiled for the baseline or not, razorkv::kernels runs the widest kernels the CPU has, and
   // on an AMD CPU the AVX-512 ones tuned for its cores (where the compiler could tune for them).
   const std::string widest = __builtin_cpu_supports("avx512bw") ? "avx512"
