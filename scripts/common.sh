@@ -40,6 +40,23 @@ razorkv_require_packages() {
     >/dev/null || razorkv_fail "apt-get install ${missing[*]} failed"
 }
 
+# razorkv_in_parallel <function> <arguments...>: calls <function> <argument> for each argument,
+# razorkv_jobs of them at once; fails when any call failed (each call reports its own failure).
+razorkv_in_parallel() {
+  local function="$1"
+  shift
+  local pids=() status=0 argument pid
+  for argument in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$razorkv_jobs" ]; do sleep 0.2; done
+    "$function" "$argument" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || status=1
+  done
+  return $status
+}
+
 # razorkv_build <build dir> <target or "all"> <cmake options...>
 razorkv_build() {
   local dir="$1" target="$2"

@@ -55,17 +55,24 @@ razorkv_build "$build/gcc" all -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FL
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
+# One suite per core (memcheck runs a program on one thread), the longest first.
 # RazorkvBudget (the memory calculator, plain arithmetic) stays out, as it was when it lived in the
 # select suite: GCC's code for an empty std::optional argument tests its unset payload, which
 # memcheck reports as a branch on an uninitialised value.
-for suite in cache attention compress policies io; do
+memcheck_suite() {
+  local suite="$1" log="$build/gcc/memcheck_$1.log"
   # The soak, 10-million-fold, fidelity, every-chunk-size and prefill-sweep cases take minutes
   # under valgrind; ASan runs them below, and ThreadSanitizer the threaded ones.
   valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     "$build/gcc/tests/razorkv_${suite}_tests" --gtest_brief=1 \
     --gtest_filter='-*Soak*:*TenMillion*:*Fidelity*:*EveryChunkSize*:*Prefill*MatchesTheReference*:RazorkvBudget.*:Threaded*' \
-    || razorkv_fail "valgrind memcheck failed on razorkv_${suite}_tests"
-done
+    >"$log" 2>&1 && { echo "razorkv_${suite}_tests: $(grep -E '^\[  PASSED' "$log")"; return 0; }
+  cat "$log" >&2
+  echo "razorkv: valgrind memcheck failed on razorkv_${suite}_tests" >&2
+  return 1
+}
+razorkv_in_parallel memcheck_suite attention policies compress cache io \
+  || razorkv_fail "valgrind memcheck failed (report above)"
 
 echo "== razorkv: Clang, C++20, -march=native, ASan + UBSan"
 # razorkv::kernels is compiled once, for -march=native (RAZORKV_KERNEL_DISPATCH off): the sets
