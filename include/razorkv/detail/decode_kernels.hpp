@@ -318,6 +318,23 @@ inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? 1 : 0;
 template <class T, int kQ>
 inline constexpr bool kPrefetchValues = kPrefetchRows<T> > 0 && kQ >= 8;
 
+// kValueSweepRows: rows per accumulate_values call, each block of value columns summed down all of
+// them before the next block. With 32-byte vectors a GQA 4 block is 2 vectors (4 x 2 accumulators
+// fill the 16 registers): 32 bytes of a 16-bit row, half a cache line, so each sweep reads a line
+// of every row and the next sweep the same lines again; shorter sweeps keep those lines in L1 and
+// bring the reads nearer to a sequential stream. On Zen 2 (2 threads, cold K/V, 32K and 128K
+// tokens, the builds taking turns, medians of 6, four runs), 8 rows instead of 16 took 0.85-0.89x
+// the time in bfloat16 and 0.88-1.01x in half, and 0.90-1.06x with the layer in cache (1K tokens,
+// within the runs' noise). Float, whose block is a whole line of each row, went either way cold
+// (0.92-1.05x), 4 rows were 1.1-1.2x slower in cache, and MHA and GQA 8 gained nothing from 8
+// (0.93-1.05x cold): those keep 16, as does AVX-512, untimed. (Half rows widened through the
+// scratch are summed as they are widened, kWidenRows at a time.)
+template <class T, int kQ>
+inline constexpr index_t kValueSweepRows =
+    std::is_same_v<kernel_row_t<T>, T> && sizeof(T) == 2 && kVectorBytes == 32 && kQ == 4
+        ? 8
+        : kWidenRows;
+
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>
 inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index_t count) noexcept {
@@ -487,8 +504,9 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   // out += the piece's values weighted by previous_weights from row `at`.
   const auto accumulate_piece = [&](const kv_span<T>& span, index_t first, index_t count,
                                     index_t at) {
-    for (index_t sub = 0; sub < count; sub += kWidenRows) {
-      const index_t sub_rows = min_of(kWidenRows, count - sub);
+    constexpr index_t kSweepRows = kValueSweepRows<T, kQ>;
+    for (index_t sub = 0; sub < count; sub += kSweepRows) {
+      const index_t sub_rows = min_of(kSweepRows, count - sub);
       index_t value_stride = 0;
       const kernel_row_t<T>* values =
           block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
