@@ -330,10 +330,10 @@ inline constexpr bool kPrefetchValues = kPrefetchRows<T> > 0 && kQ >= 8;
 // (0.93-1.05x cold): those keep 16, as does AVX-512, untimed. (Half rows widened through the
 // scratch are summed as they are widened, kWidenRows at a time.)
 template <class T, int kQ>
-inline constexpr index_t kValueSweepRows =
-    std::is_same_v<kernel_row_t<T>, T> && sizeof(T) == 2 && kVectorBytes == 32 && kQ == 4
-        ? 8
-        : kWidenRows;
+inline constexpr index_t kValueSweepRows = std::is_same_v<kernel_row_t<T>, T> &&
+                                                   sizeof(T) == 2 && kVectorBytes == 32 && kQ == 4
+                                               ? 8
+                                               : kWidenRows;
 
 // Asks for rows [first, first + count) of `view` (those that exist) to be brought into L1.
 template <class T>
