@@ -321,13 +321,14 @@ inline constexpr bool kPrefetchValues = kPrefetchRows<T> > 0 && kQ >= 8;
 // kValueSweepRows: rows per accumulate_values call, each block of value columns summed down all of
 // them before the next block. With 32-byte vectors a GQA 4 block is 2 vectors (4 x 2 accumulators
 // fill the 16 registers): 32 bytes of a 16-bit row, half a cache line, so each sweep reads a line
-// of every row and the next sweep the same lines again; shorter sweeps keep those lines in L1 and
-// bring the reads nearer to a sequential stream. On Zen 2 (2 threads, cold K/V, 32K and 128K
-// tokens, the builds taking turns, medians of 6, four runs), 8 rows instead of 16 took 0.85-0.89x
-// the time in bfloat16 and 0.88-1.01x in half, and 0.90-1.06x with the layer in cache (1K tokens,
-// within the runs' noise). Float, whose block is a whole line of each row, went either way cold
-// (0.92-1.05x), 4 rows were 1.1-1.2x slower in cache, and MHA and GQA 8 gained nothing from 8
-// (0.93-1.05x cold): those keep 16, as does AVX-512, untimed. (Half rows widened through the
+// of every row and the next sweep the same lines again. Why shorter sweeps help is not known for
+// sure (16 rows' lines fit L1 as well); the likeliest reading is that they walk the rows nearer to
+// a sequential stream, which the hardware prefetchers follow sooner. On Zen 2 (2 threads, cold K/V,
+// 32K and 128K tokens, the builds taking turns, medians of 6, four runs), 8 rows instead of 16 took
+// 0.85-0.89x the time in bfloat16 and 0.88-1.01x in half, and 0.90-1.06x with the layer in cache
+// (1K tokens, within the runs' noise). Float, whose block is a whole line of each row, went either
+// way cold (0.92-1.05x), 4 rows were 1.1-1.2x slower in cache, and MHA and GQA 8 gained nothing
+// from 8 (0.93-1.05x cold): those keep 16, as does AVX-512, untimed. (Half rows widened through the
 // scratch are summed as they are widened, kWidenRows at a time.)
 template <class T, int kQ>
 inline constexpr index_t kValueSweepRows = std::is_same_v<kernel_row_t<T>, T> &&
