@@ -480,6 +480,10 @@ PYBIND11_MODULE(_razorkv, m) {
            py::arg("kv_head"), py::arg("retrieval") = true)
       .def("retrieval_heads", &razorkv::head_plan::retrieval_heads, py::arg("layer"))
       .def_property_readonly("num_retrieval", &razorkv::head_plan::num_retrieval)
+      .def("buffer_override", &razorkv::head_plan::buffer_override, py::arg("layer"),
+           py::arg("kv_head"))
+      .def("set_buffer_override", &razorkv::head_plan::set_buffer_override, py::arg("layer"),
+           py::arg("kv_head"), py::arg("tokens"))
       .def_property_readonly("retrieval_mask",
                              [](const razorkv::head_plan& p) {
                                const auto& s = p.shape();
@@ -552,6 +556,33 @@ PYBIND11_MODULE(_razorkv, m) {
       py::arg("seq_len"), py::arg("dtype_bytes") = 2, py::arg("sinks") = 4, py::arg("s0") = 4000,
       py::arg("c") = 5.0, py::arg("induction_ratio") = 0.14, py::arg("echo_ratio") = 0.01,
       py::arg("gqa") = "sum");
+
+  // ALiBi models: a head's span follows from its slope, so no probe is needed.
+  m.def("alibi_slopes", &razorkv::alibi_slopes, py::arg("num_heads"));
+  m.def("alibi_logit_bound", &razorkv::alibi_logit_bound, py::arg("spectral_norm"),
+        py::arg("hidden_norm_bound"), py::arg("scale"));
+  m.def("alibi_span", &razorkv::alibi_span, py::arg("slope"), py::arg("bound"),
+        py::arg("eps") = 1e-3);
+  m.def(
+      "select_alibi",
+      [](const py::tuple& shape, const std::vector<double>& slopes, double bound, double eps,
+         std::optional<index_t> seq_len, std::optional<double> ratio) {
+        // The C++ options take a negative ratio to mean "by seq_len"; here the caller names one.
+        RAZORKV_CHECK(seq_len.has_value() != ratio.has_value(), kInvalidArgument,
+                      "select_alibi: give seq_len or ratio, not ", seq_len ? "both" : "neither");
+        razorkv::alibi_selection options;
+        options.bound = bound;
+        options.eps = eps;
+        if (seq_len) options.seq_len = *seq_len;
+        if (ratio) {
+          RAZORKV_CHECK(*ratio >= 0.0, kInvalidArgument, "select_alibi: ratio (", *ratio,
+                        ") must be in [0, 1]");
+          options.ratio = *ratio;
+        }
+        return razorkv::select_alibi_heads(shape_from(shape), slopes, options);
+      },
+      py::arg("shape"), py::arg("slopes"), py::kw_only(), py::arg("bound") = 0.0,
+      py::arg("eps") = 1e-3, py::arg("seq_len") = std::nullopt, py::arg("ratio") = std::nullopt);
 
   // The memory calculator.
   m.def(

@@ -1,7 +1,7 @@
 """razorkv: RazorAttention KV-cache compression, from Python.
 
 Calibration (a probe, echo and induction scores of every head, the retrieval heads a plan keeps
-whole), plan files in every format razorkv reads, the memory calculator, the compressed cache
+whole; for ALiBi models, plans from the slopes alone), plan files in every format razorkv reads, the memory calculator, the compressed cache
 and the baseline policies. Arrays are numpy arrays or PyTorch CPU tensors, read in place when
 their layout allows (last axis contiguous); bfloat16 tensors too. razorkv.torch calibrates a
 PyTorch model in-process. Errors are razorkv.Error (a ValueError) with razorkv's message.
@@ -17,19 +17,23 @@ from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
     Probe,
     RazorConfig,
     __version__,
+    alibi_logit_bound,
+    alibi_slopes,
+    alibi_span,
     compressed_kv_bytes,
     full_kv_bytes,
     model_presets,
     select,
+    select_alibi,
     select_for_budget,
 )
 from . import _razorkv
 
 __all__ = [
     "Cache", "Error", "HeadPlan", "HeadScores", "Policy", "Probe", "RazorCache", "RazorConfig",
-    "compress", "compressed_kv_bytes", "full_kv_bytes", "load_plan", "load_scores",
-    "model_presets", "save_plan", "save_scores", "score_probabilities",
-    "score_queries_keys", "select", "select_for_budget",
+    "alibi_logit_bound", "alibi_slopes", "alibi_span", "compress", "compressed_kv_bytes",
+    "full_kv_bytes", "load_plan", "load_scores", "model_presets", "save_plan", "save_scores",
+    "score_probabilities", "score_queries_keys", "select", "select_alibi", "select_for_budget",
 ]
 
 

@@ -1,5 +1,5 @@
-"""The razorkv Python module against numpy: scoring, plans and their files, the calculator,
-the RazorAttention cache and the baseline policies, zero-copy inputs and errors."""
+"""The razorkv Python module against numpy: scoring, plans and their files, ALiBi selection, the
+calculator, the RazorAttention cache and the baseline policies, zero-copy inputs and errors."""
 import os
 import tempfile
 import unittest
@@ -153,6 +153,61 @@ class Plans(unittest.TestCase):
         expected = 2 * 32 * 8 * 128 * 2 * (4 + 1 + n // 5)
         self.assertEqual(razorkv.compressed_kv_bytes(plan, n), expected)
 
+
+class AlibiPlans(unittest.TestCase):
+    """ALiBi selection: each group's span (2B - ln eps) / slope, from its flattest head."""
+
+    def test_slopes_are_press_et_al_s(self):
+        np.testing.assert_allclose(razorkv.alibi_slopes(8), [2.0 ** -i for i in range(1, 9)])
+        # 12 heads: the 8 of 8 heads, then every other slope of 16 heads.
+        sixteen = [2.0 ** (-0.5 * i) for i in range(1, 17)]
+        np.testing.assert_allclose(razorkv.alibi_slopes(12),
+                                   [2.0 ** -i for i in range(1, 9)] + sixteen[0:8:2])
+        self.assertAlmostEqual(razorkv.alibi_span(0.25, 2.0, eps=1e-2),
+                               (4.0 - np.log(1e-2)) / 0.25)
+        self.assertAlmostEqual(razorkv.alibi_logit_bound(3.0, 2.0, 0.5), 6.0)
+
+    def spans(self, slopes, bound, eps, group):
+        per_head = (2 * bound - np.log(eps)) / np.asarray(slopes)
+        return per_head.reshape(-1, group).max(axis=1)
+
+    def test_long_span_groups_are_kept_and_the_rest_get_their_span(self):
+        shape = (2, 8, 4, 16)
+        slopes = razorkv.alibi_slopes(8)
+        spans = self.spans(slopes, 1.0, 1e-3, 2)  # about 36, 143, 570 and 2280 tokens
+        plan = razorkv.select_alibi(shape, slopes, bound=1.0, seq_len=500)
+        self.assertEqual(plan.method, "alibi span")
+        for layer in range(2):
+            for group in range(4):
+                kept = spans[group] >= 500
+                self.assertEqual(plan.is_retrieval(layer, group), kept, (layer, group))
+                expected = None if kept else int(np.ceil(spans[group]))
+                self.assertEqual(plan.buffer_override(layer, group), expected, (layer, group))
+        self.assertEqual(plan.num_retrieval, 4)
+
+    def test_a_ratio_keeps_that_share_of_groups_by_span(self):
+        shape = (2, 8, 4, 16)
+        plan = razorkv.select_alibi(shape, razorkv.alibi_slopes(8), bound=1.0, ratio=0.25)
+        # 2 of the 8 (layer, group) cells: the flattest group in each layer.
+        np.testing.assert_array_equal(plan.retrieval_mask, [[0, 0, 0, 1], [0, 0, 0, 1]])
+
+    def test_bad_input_names_the_value(self):
+        shape = (1, 8, 4, 16)
+        slopes = razorkv.alibi_slopes(8)
+        with self.assertRaisesRegex(razorkv.Error, "give seq_len or ratio, not both"):
+            razorkv.select_alibi(shape, slopes, seq_len=100, ratio=0.5)
+        with self.assertRaisesRegex(razorkv.Error, "give seq_len or ratio, not neither"):
+            razorkv.select_alibi(shape, slopes)
+        with self.assertRaisesRegex(razorkv.Error, r"ratio \(-0.5\) must be in \[0, 1\]"):
+            razorkv.select_alibi(shape, slopes, ratio=-0.5)
+        with self.assertRaisesRegex(razorkv.Error, r"ratio \(1.5\) must be in \[0, 1\]"):
+            razorkv.select_alibi(shape, slopes, ratio=1.5)
+        with self.assertRaisesRegex(razorkv.Error, "4 slopes for 8 query heads"):
+            razorkv.select_alibi(shape, slopes[:4], seq_len=100)
+        with self.assertRaisesRegex(razorkv.Error, r"slope \(0\) must be > 0"):
+            razorkv.alibi_span(0.0, 1.0)
+        with self.assertRaisesRegex(razorkv.Error, r"tokens \(0\) must be > 0"):
+            razorkv.HeadPlan(shape).set_buffer_override(0, 1, 0)
 
 class RazorCache(unittest.TestCase):
     def setUp(self):
