@@ -1,6 +1,6 @@
 // Tests of the vectorised widening of half and bfloat16 rows against Eigen's scalar
-// conversion (every bit pattern, every length and misalignment; bfloat16's split load too), of
-// simd_sum, and of simd_in_register.
+// conversion (every bit pattern, every length and misalignment; the in-order and split loads
+// of decode too), of simd_sum, and of simd_in_register.
 #include <gtest/gtest.h>
 
 #include <razorkv/detail/simd.hpp>
@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -22,24 +23,40 @@ T from_bits(std::uint16_t bits) {
   return value;
 }
 
+// The 65,536 values of a 16-bit type, in the order of their bits.
 template <class T>
-void check_all_bit_patterns() {
+std::vector<T> every_bit_pattern() {
   std::vector<T> source(65536);
   for (std::uint32_t b = 0; b < 65536; ++b) source[b] = from_bits<T>(static_cast<std::uint16_t>(b));
+  return source;
+}
+
+// Whether `got` is `source[element]` widened exactly: bit for bit (-0, infinities and
+// subnormals included), or any NaN for a NaN.
+template <class T>
+::testing::AssertionResult widened_exactly(float got, const std::vector<T>& source,
+                                           std::size_t element) {
+  const float expected = static_cast<float>(source[element]);
+  if (std::isnan(expected)) {
+    if (std::isnan(got)) return ::testing::AssertionSuccess();
+  } else {
+    std::uint32_t got_bits, want_bits;
+    std::memcpy(&got_bits, &got, 4);
+    std::memcpy(&want_bits, &expected, 4);
+    if (got_bits == want_bits) return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "bits 0x" << std::hex << element << ": got " << got << ", want " << expected;
+}
+
+template <class T>
+void check_all_bit_patterns() {
+  const std::vector<T> source = every_bit_pattern<T>();
   std::vector<float> widened(source.size());
   razorkv::detail::widen_row(source.data(), widened.data(),
                              static_cast<std::ptrdiff_t>(source.size()));
-  for (std::uint32_t b = 0; b < 65536; ++b) {
-    const float expected = static_cast<float>(source[b]);
-    if (std::isnan(expected)) {
-      EXPECT_TRUE(std::isnan(widened[b])) << "bits " << b;
-    } else {
-      std::uint32_t got, want;
-      std::memcpy(&got, &widened[b], 4);
-      std::memcpy(&want, &expected, 4);
-      ASSERT_EQ(got, want) << "bits 0x" << std::hex << b;  // bit-exact, including -0
-    }
-  }
+  for (std::size_t e = 0; e < source.size(); ++e)
+    ASSERT_TRUE(widened_exactly(widened[e], source, e));
 }
 
 TEST(RazorkvSimd, HalfWideningIsExactForEveryBitPattern) { check_all_bit_patterns<Eigen::half>(); }
@@ -47,28 +64,44 @@ TEST(RazorkvSimd, BfloatWideningIsExactForEveryBitPattern) {
   check_all_bit_patterns<Eigen::bfloat16>();
 }
 
+// simd_load_as, the in-order widening decode uses for 16-bit rows in registers (bfloat16 rows
+// of GQA 8 and of head dims not fixed at compile time; half rows where F16C or AVX-512F have
+// the instruction): every lane of every vector.
+template <class T>
+void check_load_as_every_bit_pattern() {
+  if constexpr (std::is_same_v<T, Eigen::half> && !razorkv::detail::kHalfInRegisters) {
+    GTEST_SKIP() << "half rows are widened through a scratch buffer in this build (no F16C)";
+  } else {
+    constexpr int kW = razorkv::detail::simd_lanes<float>;
+    const std::vector<T> source = every_bit_pattern<T>();
+    for (std::size_t chunk = 0; chunk < source.size(); chunk += kW) {
+      const razorkv::detail::simd_t<float> got =
+          razorkv::detail::simd_load_as<float>(source.data() + chunk);
+      for (int j = 0; j < kW; ++j)
+        ASSERT_TRUE(widened_exactly(got[j], source, chunk + static_cast<std::size_t>(j)));
+    }
+  }
+}
+
+TEST(RazorkvSimd, BfloatInOrderLoadIsExactForEveryBitPattern) {
+  check_load_as_every_bit_pattern<Eigen::bfloat16>();
+}
+TEST(RazorkvSimd, HalfInOrderLoadIsExactForEveryBitPattern) {
+  check_load_as_every_bit_pattern<Eigen::half>();
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 // The split load decode uses for bfloat16 rows: even- and odd-indexed elements of 2 x lanes
-// values, each widened exactly (bit for bit, -0, infinities and subnormals included).
+// values, each widened exactly.
 TEST(RazorkvSimd, BfloatSplitLoadIsExactForEveryBitPattern) {
   constexpr int kW = razorkv::detail::simd_lanes<float>;
-  std::vector<Eigen::bfloat16> source(65536);
-  for (std::uint32_t b = 0; b < 65536; ++b)
-    source[b] = from_bits<Eigen::bfloat16>(static_cast<std::uint16_t>(b));
+  const std::vector<Eigen::bfloat16> source = every_bit_pattern<Eigen::bfloat16>();
   for (std::size_t chunk = 0; chunk < source.size(); chunk += 2 * kW) {
     razorkv::detail::simd_t<float> even, odd;
     razorkv::detail::simd_load_bf16_split(source.data() + chunk, even, odd);
     for (int j = 0; j < 2 * kW; ++j) {
-      const float expected = static_cast<float>(source[chunk + static_cast<std::size_t>(j)]);
       const float got = j % 2 == 0 ? even[j / 2] : odd[j / 2];
-      if (std::isnan(expected)) {
-        EXPECT_TRUE(std::isnan(got)) << "element " << chunk + static_cast<std::size_t>(j);
-      } else {
-        std::uint32_t got_bits, want_bits;
-        std::memcpy(&got_bits, &got, 4);
-        std::memcpy(&want_bits, &expected, 4);
-        ASSERT_EQ(got_bits, want_bits) << "element " << chunk + static_cast<std::size_t>(j);
-      }
+      ASSERT_TRUE(widened_exactly(got, source, chunk + static_cast<std::size_t>(j)));
     }
   }
 }
