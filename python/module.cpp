@@ -136,10 +136,7 @@ E from_name(const std::string& name, const char* what, const E (&values)[N],
 }
 
 razorkv::gqa_aggregation parse_aggregation(const std::string& name) {
-  using razorkv::gqa_aggregation;
-  constexpr gqa_aggregation kAll[] = {gqa_aggregation::kSum, gqa_aggregation::kMax,
-                                      gqa_aggregation::kMean};
-  return from_name(name, "gqa", kAll, &razorkv::gqa_aggregation_name);
+  return from_name(name, "gqa", razorkv::kGqaAggregations, &razorkv::gqa_aggregation_name);
 }
 
 razorkv::compensation_mode parse_compensation(const std::string& name) {

@@ -253,9 +253,11 @@ int run_select(const select_args& a) {
   config.induction_ratio = a.induction_ratio;
   config.echo_ratio = a.echo_ratio;
   config.min_groups_per_layer = a.min_per_layer;
-  config.aggregation = a.gqa == "max"    ? razorkv::gqa_aggregation::kMax
-                       : a.gqa == "mean" ? razorkv::gqa_aggregation::kMean
-                                         : razorkv::gqa_aggregation::kSum;
+  const std::optional<razorkv::gqa_aggregation> aggregation =
+      razorkv::gqa_aggregation_from_name(a.gqa);
+  RAZORKV_CHECK(aggregation.has_value(), kInvalidArgument, "select: --gqa ('", a.gqa,
+                "') is not an aggregation");  // the option's check lets none through
+  config.aggregation = *aggregation;
   const auto plan = a.memory.budget_bytes > 0
                         ? razorkv::select_for_budget(scores, head_dim, a.memory, config)
                         : razorkv::select_retrieval_heads(scores, head_dim, config);
@@ -513,8 +515,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   select->add_option("--echo-ratio", sel.echo_ratio, "share of all kv groups kept by echo score")
       ->capture_default_str();
-  select->add_option("--gqa", sel.gqa, "group score: sum, max or mean")
-      ->check(CLI::IsMember({"sum", "max", "mean"}))
+  std::vector<std::string> aggregations;
+  for (razorkv::gqa_aggregation a : razorkv::kGqaAggregations)
+    aggregations.emplace_back(razorkv::gqa_aggregation_name(a));
+  select->add_option("--gqa", sel.gqa, "group score: the query heads' sum, max or mean")
+      ->check(CLI::IsMember(aggregations))
       ->capture_default_str();
   select->add_option("--min-per-layer", sel.min_per_layer, "minimum retrieval groups per layer")
       ->capture_default_str();

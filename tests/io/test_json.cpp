@@ -5,6 +5,7 @@
 #include <razorkv/io/json.hpp>
 #include <razorkv/select/head_selector.hpp>
 
+#include <optional>
 #include <string>
 
 #include "support/expect_error.hpp"
@@ -73,6 +74,27 @@ TEST(RazorkvIo, MindsporeRoundTripOmitsEmptyLayers) {
   EXPECT_EQ(text, "{\"0\":[1,3],\"2\":[0]}");
   const auto back = razorkv::io::head_plan_from_mindspore(text, plan.shape());
   for (index_t l = 0; l < 3; ++l) EXPECT_EQ(back.retrieval_heads(l), plan.retrieval_heads(l));
+}
+
+// Every aggregation's name reads back as that aggregation, by gqa_aggregation_from_name and
+// from a plan file; any other name is none of them, and a named error in a file.
+TEST(RazorkvIo, EveryAggregationNameReadsBack) {
+  for (const razorkv::gqa_aggregation a : razorkv::kGqaAggregations) {
+    EXPECT_EQ(razorkv::gqa_aggregation_from_name(razorkv::gqa_aggregation_name(a)), a);
+    auto plan = sample_plan();
+    plan.selection().aggregation = a;
+    const auto back = razorkv::io::head_plan_from_json(razorkv::io::head_plan_to_json(plan));
+    EXPECT_EQ(back.selection().aggregation, a) << razorkv::gqa_aggregation_name(a);
+  }
+  for (const char* other : {"median", "", "Sum", "unknown"})
+    EXPECT_EQ(razorkv::gqa_aggregation_from_name(other), std::nullopt) << "'" << other << "'";
+  std::string text = razorkv::io::head_plan_to_json(sample_plan());
+  const std::string max_field = "\"aggregation\": \"max\"";
+  const std::size_t at = text.find(max_field);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, max_field.size(), "\"aggregation\": \"median\"");
+  RAZORKV_EXPECT_ERROR(razorkv::io::head_plan_from_json(text), kParseError,
+                       "unknown selection aggregation \"median\"");
 }
 
 TEST(RazorkvIo, MalformedDocumentsAreNamedErrors) {

@@ -120,6 +120,9 @@ class Plans(unittest.TestCase):
         self.assertEqual(plan.shape, (3, 4, 2, 64))
         self.assertEqual(plan.num_retrieval, 1)
         self.assertTrue(plan.is_retrieval(1, 1))
+        with self.assertRaisesRegex(razorkv.Error,
+                                    "gqa \\('median'\\) must be one of 'sum', 'max', 'mean'"):
+            razorkv.select(scores_with_favourites(), head_dim=64, gqa="median")
 
     def test_every_format_round_trips_through_files(self):
         plan = razorkv.select(scores_with_favourites(), head_dim=64, induction_ratio=0.4)

@@ -18,6 +18,11 @@ grep -q '"head_dim": 64' "$dir/scores.json"  # recorded from the dumps; select r
 plan="$(cat "$dir/plan_mindspore.json")"
 [ "$plan" = '{"0":[1],"2":[0]}' ] || { echo "unexpected plan: $plan" >&2; exit 1; }
 "$cli" select --scores "$dir/scores.json" --induction-ratio 0.2 --echo-ratio 0.2 --head-dim 64 --out "$dir/plan.json"
+grep -q '"aggregation": "sum"' "$dir/plan.json"  # the default group score, recorded in the plan
+for gqa in max mean; do
+  "$cli" select --scores "$dir/scores.json" --gqa "$gqa" --out "$dir/plan_$gqa.json"
+  grep -q "\"aggregation\": \"$gqa\"" "$dir/plan_$gqa.json" || { echo "--gqa $gqa not recorded" >&2; exit 1; }
+done
 # The same from attention-probability dumps.
 "$cli" score --period 64 --repeats 4 --bos 1 --kv-heads 2 --attn "$dir/L0_attn.npy" --attn "$dir/L1_attn.npy" \
   --attn "$dir/L2_attn.npy" --out "$dir/scores_attn.json"

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "razorkv/config.hpp"
@@ -31,6 +32,18 @@ inline const char* gqa_aggregation_name(gqa_aggregation a) noexcept {
       return "mean";
   }
   return "unknown";
+}
+
+/// Every gqa_aggregation, for parsing their names and listing them.
+inline constexpr gqa_aggregation kGqaAggregations[] = {gqa_aggregation::kSum, gqa_aggregation::kMax,
+                                                       gqa_aggregation::kMean};
+
+/// The gqa_aggregation that gqa_aggregation_name calls `name`, if any.
+inline std::optional<gqa_aggregation> gqa_aggregation_from_name(std::string_view name) noexcept {
+  for (gqa_aggregation a : kGqaAggregations) {
+    if (name == gqa_aggregation_name(a)) return a;
+  }
+  return std::nullopt;
 }
 
 /// A model's shape as razorkv needs it.

@@ -202,17 +202,13 @@ inline head_plan head_plan_from_json(const std::string& text) {
       }
     }
     if (s.contains("aggregation")) {
-      const std::string name =
-          s.at("aggregation").is_string() ? s.at("aggregation").get<std::string>() : "";
-      bool known = false;
-      for (auto a : {gqa_aggregation::kSum, gqa_aggregation::kMax, gqa_aggregation::kMean}) {
-        if (name == gqa_aggregation_name(a)) {
-          why.aggregation = a;
-          known = true;
-        }
-      }
-      RAZORKV_CHECK(known, kParseError, kWhere, ": unknown selection aggregation ",
-                    s.at("aggregation").dump());
+      const std::optional<gqa_aggregation> aggregation =
+          s.at("aggregation").is_string()
+              ? gqa_aggregation_from_name(s.at("aggregation").get<std::string>())
+              : std::nullopt;
+      RAZORKV_CHECK(aggregation.has_value(), kParseError, kWhere,
+                    ": unknown selection aggregation ", s.at("aggregation").dump());
+      why.aggregation = *aggregation;
     }
   }
   return plan;
