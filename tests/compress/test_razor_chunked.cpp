@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "support/counting_resource.hpp"
 #include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
@@ -351,30 +352,7 @@ TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
   RAZORKV_EXPECT_ERROR(cache.release(1), kOutOfRange, "razor_kv_cache::release: layer (1)");
 }
 
-// An engine's KV pool as a memory resource: the heap, with the bytes it has out, the calls,
-// and the alignments asked for.
-class counting_resource final : public std::pmr::memory_resource {
- public:
-  long outstanding = 0, allocations = 0;
-  long limit = -1;  // when >= 0, allocation number `limit` (from 0) throws std::bad_alloc
-  std::size_t smallest_alignment = 4096;
-
- private:
-  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-    if (allocations == limit) throw std::bad_alloc();
-    outstanding += static_cast<long>(bytes);
-    ++allocations;
-    smallest_alignment = std::min(smallest_alignment, alignment);
-    return std::pmr::new_delete_resource()->allocate(bytes, alignment);
-  }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
-    outstanding -= static_cast<long>(bytes);
-    std::pmr::new_delete_resource()->deallocate(p, bytes, alignment);
-  }
-  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
-    return this == &other;
-  }
-};
+using razorkv_test::counting_resource;
 
 // Bytes of the caches' compensation sums (2 x head_dim doubles per head that has them), which
 // allocated_bytes() counts and which live on the heap.

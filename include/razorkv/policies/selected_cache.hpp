@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory_resource>
 #include <utility>
 #include <vector>
 
@@ -50,8 +51,17 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
-  selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim)
-      : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim) {}
+  /// \param resource where every K/V row of the cache comes from (64-byte aligned blocks: the
+  ///        kept prompt rows and the appended blocks), as razor_kv_cache's; null means
+  ///        std::pmr::get_default_resource(). It must outlive the cache and every copy of it (a
+  ///        copy allocates from it too). The positions and other bookkeeping come from the heap.
+  selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
+                    std::pmr::memory_resource* resource = nullptr)
+      : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim),
+        resource_(resource != nullptr ? resource : std::pmr::get_default_resource()) {}
+
+  /// Where the cache's K/V rows come from.
+  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
 
   bool is_compressed(index_t layer) const {
     return layer_at(layer, "selected_kv_cache::is_compressed").compressed;
@@ -99,7 +109,8 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       head.positions = keep[static_cast<std::size_t>(h)];
-      head.rows = detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim());
+      head.rows =
+          detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim(), resource_);
     }
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
@@ -129,8 +140,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
     for (head_state& head : l.heads)  // may throw; changes nothing visible
-      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim(),
-                                 std::pmr::get_default_resource());
+      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim(), resource_);
     // No allocation and nothing that throws from here on.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       l.heads[h].appended.append(keys.head(static_cast<index_t>(h)),
@@ -179,6 +189,8 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   using skeleton::head_at;
   using skeleton::layer_at;
   using skeleton::layers_;
+
+  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<selected_kv_cache<float>>,
