@@ -231,7 +231,7 @@ void fuzz_other_selectors(byte_reader& in, const razorkv::model_shape& shape) {
       options.bound = static_cast<double>(in.value());
       options.eps = in.byte() % 8 == 0 ? static_cast<double>(in.raw_float()) : 1e-3;
       options.seq_len = in.range(-1, 4000);
-      options.ratio = in.byte() % 2 == 0 ? -1.0 : static_cast<double>(in.value()) / 4.0;
+      if (in.byte() % 2 != 0) options.ratio = static_cast<double>(in.value()) / 4.0;
       razorkv::select_alibi_heads(shape, slopes, options);
       break;
     }

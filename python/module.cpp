@@ -564,18 +564,14 @@ PYBIND11_MODULE(_razorkv, m) {
       "select_alibi",
       [](const py::tuple& shape, const std::vector<double>& slopes, double bound, double eps,
          std::optional<index_t> seq_len, std::optional<double> ratio) {
-        // The C++ options take a negative ratio to mean "by seq_len"; here the caller names one.
+        // Which keywords were given; their values are select_alibi_heads' to check.
         RAZORKV_CHECK(seq_len.has_value() != ratio.has_value(), kInvalidArgument,
                       "select_alibi: give seq_len or ratio, not ", seq_len ? "both" : "neither");
         razorkv::alibi_selection options;
         options.bound = bound;
         options.eps = eps;
-        if (seq_len) options.seq_len = *seq_len;
-        if (ratio) {
-          RAZORKV_CHECK(*ratio >= 0.0, kInvalidArgument, "select_alibi: ratio (", *ratio,
-                        ") must be in [0, 1]");
-          options.ratio = *ratio;
-        }
+        options.seq_len = seq_len.value_or(0);
+        options.ratio = ratio;
         return razorkv::select_alibi_heads(shape_from(shape), slopes, options);
       },
       py::arg("shape"), py::arg("slopes"), py::kw_only(), py::arg("bound") = 0.0,

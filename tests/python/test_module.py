@@ -205,6 +205,10 @@ class AlibiPlans(unittest.TestCase):
             razorkv.select_alibi(shape, slopes, ratio=-0.5)
         with self.assertRaisesRegex(razorkv.Error, r"ratio \(1.5\) must be in \[0, 1\]"):
             razorkv.select_alibi(shape, slopes, ratio=1.5)
+        with self.assertRaisesRegex(razorkv.Error, r"ratio \(nan\) must be in \[0, 1\]"):
+            razorkv.select_alibi(shape, slopes, ratio=float("nan"))
+        with self.assertRaisesRegex(razorkv.Error, r"seq_len \(-3\) must be > 0"):
+            razorkv.select_alibi(shape, slopes, seq_len=-3)
         with self.assertRaisesRegex(razorkv.Error, "4 slopes for 8 query heads"):
             razorkv.select_alibi(shape, slopes[:4], seq_len=100)
         with self.assertRaisesRegex(razorkv.Error, r"slope \(0\) must be > 0"):

@@ -41,6 +41,7 @@ TEST(RazorkvAlibi, SpansAndPlans) {
   EXPECT_EQ(plan.buffer_override(0, 0),
             static_cast<razorkv::index_t>(std::ceil(razorkv::alibi_span(0.5, 1.0))));
   EXPECT_FALSE(plan.buffer_override(0, 7).has_value());
+  options.seq_len = 0;
   options.ratio = 0.25;  // 4 of 16 groups: heads 7 and 6 of both layers
   const auto by_ratio = razorkv::select_alibi_heads(shape, slopes, options);
   EXPECT_EQ(by_ratio.retrieval_heads(0), (std::vector<razorkv::index_t>{6, 7}));
@@ -53,6 +54,35 @@ TEST(RazorkvAlibi, SpansAndPlans) {
   const auto capped = razorkv::select_alibi_heads(shape, tiny, options);
   EXPECT_EQ(capped.buffer_override(0, 3), razorkv::index_t{1} << 62);
   RAZORKV_EXPECT_ERROR(razorkv::alibi_span(0.0, 1.0), kInvalidArgument, "slope (0)");
+}
+
+// Exactly one of seq_len and ratio decides; every other combination names what it got. (A ratio
+// once doubled as the switch, negative meaning "by seq_len", so a NaN ratio selected by seq_len.)
+TEST(RazorkvAlibi, SelectionNeedsExactlyOneOfSeqLenAndRatio) {
+  const razorkv::model_shape shape{2, 8, 8, 64};
+  const auto slopes = razorkv::alibi_slopes(8);
+  razorkv::alibi_selection options;
+  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, slopes, options), kInvalidArgument,
+                       "seq_len (0) must be > 0 unless a ratio is given");
+  options.seq_len = -4;
+  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, slopes, options), kInvalidArgument,
+                       "seq_len (-4) must be > 0");
+  options.seq_len = 2000;
+  options.ratio = 0.5;
+  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, slopes, options), kInvalidArgument,
+                       "give seq_len or ratio, not both (seq_len 2000, ratio 0.5)");
+  options.seq_len = 0;
+  for (const double bad : {-0.5, 1.5, std::nan("")}) {
+    options.ratio = bad;
+    RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, slopes, options), kInvalidArgument,
+                         "must be in [0, 1]");
+  }
+  options.ratio = std::nan("");
+  RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, slopes, options), kInvalidArgument,
+                       "ratio (nan)");
+  options.ratio = 1.0;  // every group
+  const auto all = razorkv::select_alibi_heads(shape, slopes, options);
+  EXPECT_EQ(all.retrieval_heads(1).size(), 8U);
   RAZORKV_EXPECT_ERROR(razorkv::select_alibi_heads(shape, {1.0}, options), kShapeMismatch,
                        "1 slopes for 8 query heads");
 }

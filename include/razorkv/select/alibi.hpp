@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "razorkv/config.hpp"
@@ -63,12 +64,13 @@ inline double alibi_span(double slope, double bound, double eps = 1e-3) {
   return (2.0 * bound - std::log(eps)) / slope;
 }
 
-/// Options of select_alibi_heads.
+/// Options of select_alibi_heads: which heads are retrieval heads is decided by exactly one of
+/// seq_len and ratio.
 struct alibi_selection {
   double bound = 0.0;  ///< B, e.g. from alibi_logit_bound
   double eps = 1e-3;
-  index_t seq_len = 0;  ///< heads whose span reaches this are retrieval heads (when ratio < 0)
-  double ratio = -1.0;  ///< when in [0, 1]: instead, the top ratio of groups by span
+  index_t seq_len = 0;          ///< > 0: heads whose span reaches this are retrieval heads
+  std::optional<double> ratio;  ///< in [0, 1]: instead, the top ratio of groups by span
 };
 
 /// A plan for an ALiBi model whose query heads use `slopes` (one per query head, the same in
@@ -80,9 +82,13 @@ inline head_plan select_alibi_heads(const model_shape& shape, const std::vector<
   RAZORKV_CHECK(static_cast<index_t>(slopes.size()) == shape.num_query_heads, kShapeMismatch,
                 "select_alibi_heads: ", slopes.size(), " slopes for ", shape.num_query_heads,
                 " query heads");
-  const bool by_ratio = options.ratio >= 0.0;
-  RAZORKV_CHECK(!by_ratio || options.ratio <= 1.0, kInvalidArgument, "select_alibi_heads: ratio (",
-                options.ratio, ") must be in [0, 1]");
+  const bool by_ratio = options.ratio.has_value();
+  RAZORKV_CHECK(!by_ratio || options.seq_len == 0, kInvalidArgument,
+                "select_alibi_heads: give seq_len or ratio, not both (seq_len ", options.seq_len,
+                ", ratio ", options.ratio.value_or(0.0), ")");
+  // Written so that a NaN ratio fails too.
+  RAZORKV_CHECK(!by_ratio || (*options.ratio >= 0.0 && *options.ratio <= 1.0), kInvalidArgument,
+                "select_alibi_heads: ratio (", options.ratio.value_or(0.0), ") must be in [0, 1]");
   RAZORKV_CHECK(by_ratio || options.seq_len > 0, kInvalidArgument, "select_alibi_heads: seq_len (",
                 options.seq_len, ") must be > 0 unless a ratio is given");
   const index_t group = shape.num_query_heads / shape.num_kv_heads;
@@ -96,7 +102,7 @@ inline head_plan select_alibi_heads(const model_shape& shape, const std::vector<
   if (by_ratio) {
     const index_t total = shape.num_layers * shape.num_kv_heads;
     const auto keep =
-        static_cast<index_t>(std::llround(options.ratio * static_cast<double>(total)));
+        static_cast<index_t>(std::llround(*options.ratio * static_cast<double>(total)));
     // Same spans in every layer: rank (layer, group) by span, ties to the lower layer and head.
     std::vector<index_t> order(static_cast<std::size_t>(total));
     std::iota(order.begin(), order.end(), index_t{0});
