@@ -1,12 +1,15 @@
 // Tests of dense_kv_cache: appends from NHD and HND sources, growth that keeps every token,
-// spans that expose the stored rows, and errors that leave the cache untouched.
+// spans that expose the stored rows, errors that leave the cache untouched, and buffers that come
+// from the cache's memory resource and go back to it.
 #include <gtest/gtest.h>
 
 #include <razorkv/cache/dense_cache.hpp>
 
 #include <limits>
+#include <new>
 #include <vector>
 
+#include "support/counting_resource.hpp"
 #include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
@@ -131,6 +134,54 @@ TEST(RazorkvDenseCache, BadInputIsANamedErrorAndChangesNothing) {
   RAZORKV_EXPECT_ERROR(cache.num_tokens(-1), kOutOfRange, "layer (-1)");
   expect_holds(cache, 0, 3);
   expect_holds(cache, 1, 0);
+}
+
+// Every K/V buffer of a dense cache built on a resource comes from it (what allocated_bytes()
+// counts), through reserve, growth (from a view into the cache itself) and copies, and goes back
+// on destruction; a growth whose allocation fails leaves the cache as it was.
+TEST(RazorkvDenseCache, EveryBufferComesFromTheCachesResourceAndGoesBack) {
+  const index_t heads = 3, dim = 5;
+  razorkv_test::counting_resource pool;
+  {
+    dense_kv_cache<float> cache(2, heads, dim, 4, &pool);
+    EXPECT_EQ(cache.memory_resource(), &pool);
+    EXPECT_EQ(dense_kv_cache<float>(1, 1, 1).memory_resource(), std::pmr::get_default_resource());
+    EXPECT_EQ(pool.outstanding, cache.allocated_bytes());
+    index_t held = 0;
+    for (index_t chunk : {3, 1, 9, 40}) {
+      const auto k = nhd_tokens<float>(held, chunk, heads, dim, 1.0f);
+      const auto v = nhd_tokens<float>(held, chunk, heads, dim, -1.0f);
+      cache.append(1, layer_view<const float>::nhd(k.data(), chunk, heads, dim),
+                   layer_view<const float>::nhd(v.data(), chunk, heads, dim));
+      held += chunk;
+      EXPECT_EQ(pool.outstanding, cache.allocated_bytes()) << held << " tokens";
+    }
+    expect_holds(cache, 1, held);
+    const long bytes = cache.allocated_bytes();
+    {
+      const dense_kv_cache<float> copy = cache;
+      EXPECT_EQ(copy.memory_resource(), &pool);
+      EXPECT_EQ(pool.outstanding, 2 * bytes);
+      expect_holds(copy, 1, held);
+      EXPECT_EQ(copy.capacity(1), cache.capacity(1));
+    }
+    EXPECT_EQ(pool.outstanding, bytes);
+
+    // Growth past the capacity, from the cache's own rows: its allocation fails, nothing changes.
+    const index_t spare = cache.capacity(1) - held;
+    pool.limit = pool.allocations;
+    EXPECT_THROW(cache.append(1, cache.keys(1).middle_tokens(0, spare + 1),
+                              cache.values(1).middle_tokens(0, spare + 1)),
+                 std::bad_alloc);
+    pool.limit = -1;
+    expect_holds(cache, 1, held);
+    EXPECT_EQ(pool.outstanding, bytes);
+    cache.reserve(4 * held);
+    EXPECT_EQ(pool.outstanding, cache.allocated_bytes());
+    expect_holds(cache, 1, held);
+  }
+  EXPECT_EQ(pool.outstanding, 0);
+  EXPECT_EQ(pool.smallest_alignment, 64u);
 }
 
 TEST(RazorkvDenseCache, ImpossibleCapacityIsAnOverflowError) {

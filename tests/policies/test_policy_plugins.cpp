@@ -1,7 +1,8 @@
 // Tests of policies as plug-ins: a policy written outside the library (the README's
 // keep_first_policy) runs through compress_prompt, razorkv::policy and the harness; caches of
 // different policies batch through any_kv_cache; prompt_kv asks only for the queries a policy
-// reads, and names the parameter when they are missing.
+// reads, and names the parameter when they are missing; every policy's cache takes its rows from
+// the prompt's memory resource.
 #include <gtest/gtest.h>
 
 #include <razorkv/eval.hpp>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/counting_resource.hpp"
 #include "support/expect_error.hpp"
 #include "support/test_support.hpp"
 
@@ -26,7 +28,8 @@ struct keep_first_policy {
   razorkv::selected_kv_cache<T> compress(const razorkv::prompt_kv<T>& prompt,
                                          index_t budget) const {
     const razorkv::model_shape& shape = prompt.shape();
-    razorkv::selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
+    razorkv::selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                        prompt.cache_resource);
     std::vector<index_t> first(static_cast<std::size_t>(std::min(budget, prompt.tokens())));
     std::iota(first.begin(), first.end(), index_t{0});
     for (index_t l = 0; l < shape.num_layers; ++l) {
@@ -143,6 +146,64 @@ TEST(PolicyPlugins, CachesOfDifferentPoliciesDecodeAsOneBatch) {
   EXPECT_NE(caches[1].target<razorkv::razor_kv_cache<float>>(), nullptr);
   EXPECT_NE(caches[4].target<razorkv::h2o_kv_cache<float>>(), nullptr);
   EXPECT_EQ(caches[4].target<razorkv::razor_kv_cache<float>>(), nullptr);
+}
+
+// Bytes of a cache's K/V rows: allocated_bytes() but a razor cache's compensation sums (double,
+// 2 x head_dim per compensated head), which stay on the heap with the rest of its bookkeeping.
+long row_bytes(const razorkv::any_kv_cache<float>& cache) {
+  long bytes = cache.allocated_bytes();
+  if (const auto* razor = cache.target<razorkv::razor_kv_cache<float>>()) {
+    for (index_t l = 0; l < razor->num_layers(); ++l) {
+      for (index_t h = 0; h < razor->num_kv_heads(); ++h) {
+        if (razor->compensation(l, h).key_sum != nullptr)
+          bytes -= 2 * razor->head_dim() * static_cast<long>(sizeof(double));
+      }
+    }
+  }
+  return bytes;
+}
+
+// prompt_kv::cache_resource reaches the cache of every policy (the README's own included): its
+// K/V rows, and its copies', come from that resource (row_bytes) and go back,
+// and it decodes as the same policy's cache on the default resource does, bit for bit.
+TEST(PolicyPlugins, EveryPolicysCacheTakesItsRowsFromThePromptsResource) {
+  const random_prompt r(300);
+  const razorkv::prompt_kv<float> heap_prompt = r.prompt(300, 64);
+  razorkv::prompt_kv<float> pooled_prompt = r.prompt(300, 64);
+  razorkv_test::counting_resource pool;
+  pooled_prompt.cache_resource = &pool;
+  razorkv::head_plan plan(r.shape);
+  plan.set_retrieval(0, 1, true);
+  const std::vector<razorkv::policy> policies = {
+      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
+      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
+      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+  std::mt19937_64 rng(5);
+  const std::vector<float> queries = razorkv_test::random_values<float>(4 * 32, rng);
+  const razorkv::matrix_view<const float> query(queries.data(), 4, 32);
+  for (const razorkv::policy& p : policies) {
+    const razorkv::memory_budget budget = razorkv::memory_budget::fraction_of_full(0.4);
+    {
+      const razorkv::any_kv_cache<float> pooled =
+          razorkv::compress_prompt(p, pooled_prompt, budget);
+      const razorkv::any_kv_cache<float> heap = razorkv::compress_prompt(p, heap_prompt, budget);
+      const long bytes = row_bytes(pooled);
+      EXPECT_GT(bytes, 0) << p.name;
+      EXPECT_EQ(pool.outstanding, bytes) << p.name;
+      for (index_t layer = 0; layer < 2; ++layer) {
+        std::vector<float> from_pool(queries.size()), from_heap(queries.size());
+        razorkv::decode_attention(pooled, layer, query,
+                                  razorkv::matrix_view<float>(from_pool.data(), 4, 32));
+        razorkv::decode_attention(heap, layer, query,
+                                  razorkv::matrix_view<float>(from_heap.data(), 4, 32));
+        EXPECT_EQ(from_pool, from_heap) << p.name << ", layer " << layer;
+      }
+      const razorkv::any_kv_cache<float> copy = pooled;
+      EXPECT_EQ(pool.outstanding, 2 * bytes) << p.name;
+    }
+    EXPECT_EQ(pool.outstanding, 0) << p.name;
+  }
+  EXPECT_EQ(pool.smallest_alignment, 64u);
 }
 
 TEST(PolicyPlugins, AnErasedH2OCacheStillObservesDecode) {

@@ -5,14 +5,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory_resource>
 #include <utility>
-#include <vector>
 
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/cache_skeleton.hpp"
+#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 
@@ -20,13 +21,44 @@ RAZORKV_BEGIN_NAMESPACE
 
 namespace detail {
 
-// One layer of a dense_kv_cache.
+// One layer of a dense_kv_cache: K and V rows [kv_heads * capacity, head_dim], head h's tokens at
+// rows [h * capacity, h * capacity + tokens); the rest is uninitialised. (head_rows' own row count
+// stays 0: a head's rows are not one prefix of the buffer, so copies go head by head.)
 template <class T>
 struct dense_layer {
-  std::vector<T> keys;    // [kv_heads, capacity, head_dim]
-  std::vector<T> values;  // [kv_heads, capacity, head_dim]
+  head_rows<T> rows;
   index_t tokens = 0;
   index_t capacity = 0;
+
+  dense_layer() = default;
+  dense_layer(index_t kv_heads, index_t capacity_tokens, index_t head_dim,
+              std::pmr::memory_resource* resource)
+      : rows(checked_mul(kv_heads, capacity_tokens, "dense_kv_cache: capacity * kv_heads"),
+             head_dim, resource),
+        capacity(capacity_tokens) {}
+  // Copies every head's tokens into buffers of the same capacity, from the same resource.
+  dense_layer(const dense_layer& other)
+      : rows(other.rows), tokens(other.tokens), capacity(other.capacity) {
+    copy_tokens(other, *this);
+  }
+  dense_layer& operator=(const dense_layer& other) {
+    if (this != &other) *this = dense_layer(other);
+    return *this;
+  }
+  dense_layer(dense_layer&&) noexcept = default;
+  dense_layer& operator=(dense_layer&&) noexcept = default;
+
+  // Copies from's tokens into to, head by head (to's capacity >= from's tokens).
+  static void copy_tokens(const dense_layer& from, dense_layer& to) noexcept {
+    if (from.tokens == 0 || from.capacity == 0) return;
+    const index_t kv_heads = from.rows.capacity() / from.capacity;
+    const std::size_t bytes = static_cast<std::size_t>(from.tokens * from.rows.dim()) * sizeof(T);
+    for (index_t h = 0; h < kv_heads; ++h) {
+      std::memcpy(to.rows.key_row(h * to.capacity), from.rows.key_row(h * from.capacity), bytes);
+      std::memcpy(to.rows.value_row(h * to.capacity), from.rows.value_row(h * from.capacity),
+                  bytes);
+    }
+  }
 };
 
 }  // namespace detail
@@ -48,13 +80,19 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   using skeleton::num_layers;
 
   /// \param reserve_tokens capacity allocated up front in every layer (0: grow on demand).
+  /// \param resource where every K/V buffer comes from (each layer's, as it grows), as for the
+  ///        compressed caches; null means std::pmr::get_default_resource(). It must outlive the
+  ///        cache and every copy of it (a copy allocates from the same resource).
   dense_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
-                 index_t reserve_tokens = 0)
-      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim) {
+                 index_t reserve_tokens = 0, std::pmr::memory_resource* resource = nullptr)
+      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim),
+        resource_(detail::resource_or_default(resource)) {
     RAZORKV_CHECK(reserve_tokens >= 0, kInvalidArgument, "dense_kv_cache: reserve_tokens (",
                   reserve_tokens, ") must be >= 0");
     if (reserve_tokens > 0) reserve(reserve_tokens);
   }
+
+  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
 
   /// Tokens held by `layer` (every kv head of a layer holds the same tokens).
   index_t num_tokens(index_t layer) const {
@@ -107,10 +145,12 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
 
   /// Layer `layer`'s keys as [tokens, kv_heads, head_dim], laid out HND with the layer's capacity.
   layer_view<const T> keys(index_t layer) const {
-    return storage_view(layer, &layer_storage::keys, "dense_kv_cache::keys");
+    const layer_storage& l = layer_at(layer, "dense_kv_cache::keys");
+    return storage_view(l, l.rows.capacity() > 0 ? l.rows.key_row(0) : nullptr);
   }
   layer_view<const T> values(index_t layer) const {
-    return storage_view(layer, &layer_storage::values, "dense_kv_cache::values");
+    const layer_storage& l = layer_at(layer, "dense_kv_cache::values");
+    return storage_view(l, l.rows.capacity() > 0 ? l.rows.value_row(0) : nullptr);
   }
 
   /// Appends keys.tokens() tokens to every kv head of `layer`. keys and values are
@@ -148,31 +188,15 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
                   ".head_dim() (", v.head_dim(), ") != head_dim (", head_dim(), ")");
   }
 
-  layer_view<const T> storage_view(index_t layer, std::vector<T> layer_storage::*member,
-                                   const char* where) const {
-    const layer_storage& l = layer_at(layer, where);
-    const std::vector<T>& buffer = l.*member;
-    return layer_view<const T>::hnd(buffer.empty() ? nullptr : buffer.data(), l.tokens,
-                                    num_kv_heads(), head_dim(), l.capacity);
+  layer_view<const T> storage_view(const layer_storage& l, const T* base) const {
+    return layer_view<const T>::hnd(base, l.tokens, num_kv_heads(), head_dim(), l.capacity);
   }
 
-  // A copy of `l` with capacity `capacity` (>= l.tokens).
+  // A copy of `l` with capacity `capacity` (>= l.tokens), from the cache's resource.
   layer_storage grown(const layer_storage& l, index_t capacity) const {
-    const index_t elements = detail::checked_mul(
-        detail::checked_mul(capacity, num_kv_heads(), "dense_kv_cache: capacity * kv_heads"),
-        head_dim(), "dense_kv_cache: capacity * kv_heads * head_dim");
-    layer_storage result;
-    result.keys.resize(static_cast<std::size_t>(elements));
-    result.values.resize(static_cast<std::size_t>(elements));
+    layer_storage result(num_kv_heads(), capacity, head_dim(), resource_);
     result.tokens = l.tokens;
-    result.capacity = capacity;
-    const std::size_t row_bytes = static_cast<std::size_t>(l.tokens * head_dim()) * sizeof(T);
-    for (index_t h = 0; h < num_kv_heads() && l.tokens > 0; ++h) {
-      std::memcpy(result.keys.data() + h * capacity * head_dim(),
-                  l.keys.data() + h * l.capacity * head_dim(), row_bytes);
-      std::memcpy(result.values.data() + h * capacity * head_dim(),
-                  l.values.data() + h * l.capacity * head_dim(), row_bytes);
-    }
+    layer_storage::copy_tokens(l, result);
     return result;
   }
 
@@ -181,8 +205,8 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
                const layer_view<const T>& values) const {
     const std::size_t row_bytes = static_cast<std::size_t>(head_dim()) * sizeof(T);
     for (index_t h = 0; h < num_kv_heads(); ++h) {
-      T* key_dst = l.keys.data() + (h * l.capacity + l.tokens) * head_dim();
-      T* value_dst = l.values.data() + (h * l.capacity + l.tokens) * head_dim();
+      T* key_dst = l.rows.key_row(h * l.capacity + l.tokens);
+      T* value_dst = l.rows.value_row(h * l.capacity + l.tokens);
       const matrix_view<const T> key_src = keys.head(h);
       const matrix_view<const T> value_src = values.head(h);
       for (index_t t = 0; t < keys.tokens(); ++t) {
@@ -192,6 +216,8 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
     }
     l.tokens += keys.tokens();
   }
+
+  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<dense_kv_cache<float>>, "dense_kv_cache must satisfy the contract");

@@ -120,7 +120,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                  shape_of(plan).head_dim),
         plan_(std::move(plan)),
         config_(config),
-        resource_(resource != nullptr ? resource : std::pmr::get_default_resource()) {
+        resource_(detail::resource_or_default(resource)) {
     check_config(config_, "razor_kv_cache");
   }
 

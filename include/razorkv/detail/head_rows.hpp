@@ -17,6 +17,12 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
+// The resource a cache takes its rows from: the one it was given, or the default for null.
+inline std::pmr::memory_resource* resource_or_default(
+    std::pmr::memory_resource* resource) noexcept {
+  return resource != nullptr ? resource : std::pmr::get_default_resource();
+}
+
 // Owning K and V rows of one head, [capacity, dim] each, 64-byte aligned, from `resource` (the
 // cache's; the default resource when none is given); rows past rows() are uninitialised (the
 // cache writes every row before it exposes it, and allocating without zero-filling keeps
@@ -66,6 +72,7 @@ class head_rows {
 
   index_t rows() const noexcept { return rows_; }
   index_t capacity() const noexcept { return capacity_; }
+  index_t dim() const noexcept { return dim_; }
   void set_rows(index_t rows) noexcept {
     RAZORKV_DASSERT(rows >= 0 && rows <= capacity_);
     rows_ = rows;

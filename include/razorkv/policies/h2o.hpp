@@ -80,7 +80,7 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
                const h2o_config& config = {}, std::pmr::memory_resource* resource = nullptr)
       : skeleton("h2o_kv_cache", num_layers, num_kv_heads, head_dim),
         budget_(budget_entries),
-        resource_(resource != nullptr ? resource : std::pmr::get_default_resource()) {
+        resource_(detail::resource_or_default(resource)) {
     constexpr const char* kWhere = "h2o_kv_cache";
     RAZORKV_CHECK(budget_entries >= 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
                   " entries per head) must be >= 1");
@@ -406,7 +406,7 @@ struct h2o_policy {
                   "h2o_policy: observed_queries (", observed_queries, ") must be in [0, ", tokens,
                   "], the prompt's tokens");
     h2o_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, budget_entries,
-                          config);
+                          config, prompt.cache_resource);
     for (index_t l = 0; l < shape.num_layers; ++l) {
       cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values,
                            prompt.observed(l, queries, "h2o_policy: observed_queries"));

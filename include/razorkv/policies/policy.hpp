@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory_resource>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -98,6 +99,10 @@ class prompt_kv {
 
   /// Fan-out for compression and scoring; empty means OpenMP when compiled with it, else serial.
   parallel_for_fn parallel_for;
+  /// Where the cache a policy makes of this prompt takes its K/V rows from (every policy here
+  /// passes it to the cache it builds; see razor_kv_cache); null means
+  /// std::pmr::get_default_resource(). It must outlive that cache and its copies.
+  std::pmr::memory_resource* cache_resource = nullptr;
   /// See observation_fn.
   observation_fn observed_attention_hook;
 
@@ -149,7 +154,8 @@ struct full_policy {
   template <class T>
   dense_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t /*budget_entries*/) const {
     const model_shape& shape = prompt.shape();
-    dense_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, prompt.tokens());
+    dense_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, prompt.tokens(),
+                            prompt.cache_resource);
     for (index_t l = 0; l < shape.num_layers; ++l)
       cache.append(l, prompt.layer(l).keys, prompt.layer(l).values);
     return cache;

@@ -68,7 +68,8 @@ struct razor_policy {
   razor_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
     plan.validate_against(prompt.shape());
     razor_kv_cache<T> cache(plan,
-                            razor_config_for_budget(plan, prompt.tokens(), budget_entries, config));
+                            razor_config_for_budget(plan, prompt.tokens(), budget_entries, config),
+                            prompt.cache_resource);
     for (index_t l = 0; l < prompt.shape().num_layers; ++l) {
       cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, prompt.parallel_for);
     }

@@ -58,7 +58,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
                     std::pmr::memory_resource* resource = nullptr)
       : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim),
-        resource_(resource != nullptr ? resource : std::pmr::get_default_resource()) {}
+        resource_(detail::resource_or_default(resource)) {}
 
   /// Where the cache's K/V rows come from.
   std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }

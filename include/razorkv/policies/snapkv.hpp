@@ -127,7 +127,8 @@ struct snapkv_policy {
     const model_shape& shape = prompt.shape();
     const index_t tokens = prompt.tokens();
     check_snapkv(config, tokens, budget_entries, "snapkv_policy");
-    selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim);
+    selected_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                               prompt.cache_resource);
     for (index_t l = 0; l < shape.num_layers; ++l) {
       const attention_mass votes = prompt.observed(l, config.window, "snapkv_policy: window");
       std::vector<std::vector<index_t>> keep;

@@ -2,6 +2,7 @@
 // head keeps the first `sinks` tokens and a sliding recent window, nothing else.
 #pragma once
 
+#include <memory_resource>
 #include <string>
 
 #include "razorkv/compress/razor_cache.hpp"
@@ -32,13 +33,16 @@ inline razor_config streaming_llm_config(index_t budget_entries, index_t sinks =
   return config;
 }
 
-/// An empty StreamingLLM cache for `shape` (fill it with compress_layer, as a razor_kv_cache).
+/// An empty StreamingLLM cache for `shape` (fill it with compress_layer, as a razor_kv_cache),
+/// its K/V rows from `resource` (null: the default resource).
 template <class T>
 razor_kv_cache<T> make_streaming_llm_cache(const model_shape& shape, index_t budget_entries,
-                                           index_t sinks = 4) {
+                                           index_t sinks = 4,
+                                           std::pmr::memory_resource* resource = nullptr) {
   head_plan no_retrieval(shape);
   no_retrieval.selection().method = "streaming_llm";
-  return razor_kv_cache<T>(std::move(no_retrieval), streaming_llm_config(budget_entries, sinks));
+  return razor_kv_cache<T>(std::move(no_retrieval), streaming_llm_config(budget_entries, sinks),
+                           resource);
 }
 
 /// StreamingLLM as a policy (see the policy contract): every head keeps `sinks` and the
@@ -52,7 +56,8 @@ struct streaming_llm_policy {
 
   template <class T>
   razor_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t budget_entries) const {
-    razor_kv_cache<T> cache = make_streaming_llm_cache<T>(prompt.shape(), budget_entries, sinks);
+    razor_kv_cache<T> cache =
+        make_streaming_llm_cache<T>(prompt.shape(), budget_entries, sinks, prompt.cache_resource);
     for (index_t l = 0; l < prompt.shape().num_layers; ++l) {
       cache.compress_layer(l, prompt.layer(l).keys, prompt.layer(l).values, prompt.parallel_for);
     }
