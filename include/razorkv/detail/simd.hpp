@@ -614,14 +614,6 @@ inline simd_t<Acc> simd_max(simd_t<Acc> a, simd_t<Acc> b) noexcept {
 #endif
 }
 
-/// Largest lane.
-template <class Acc>
-inline Acc simd_max_lane(simd_t<Acc> v) noexcept {
-  Acc m = v[0];
-  for (int i = 1; i < simd_lanes<Acc>; ++i) m = v[i] > m ? v[i] : m;
-  return m;
-}
-
 #if defined(__GNUC__) || defined(__clang__)
 typedef std::int32_t simd_i32_t __attribute__((vector_size(kVectorBytes)));
 
