@@ -77,6 +77,16 @@ struct random_prompt {
   }
 };
 
+// The shipped policies and keep_first_policy, for a prompt of `shape` with at least 64 queries
+// (H2O observes them); razor keeps kv head 1 of layer 0 whole.
+std::vector<razorkv::policy> six_policies(const razorkv::model_shape& shape) {
+  razorkv::head_plan plan(shape);
+  plan.set_retrieval(0, 1, true);
+  return {razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
+          razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
+          razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+}
+
 TEST(PolicyPlugins, AUserPolicyRunsThroughCompressPromptThePolicyValueAndTheHarness) {
   const random_prompt r(200);
   const razorkv::prompt_kv<float> prompt = r.prompt(192, 0);
@@ -113,12 +123,7 @@ TEST(PolicyPlugins, AUserPolicyRunsThroughCompressPromptThePolicyValueAndTheHarn
 TEST(PolicyPlugins, CachesOfDifferentPoliciesDecodeAsOneBatch) {
   const random_prompt r(300);
   const razorkv::prompt_kv<float> prompt = r.prompt(300, 64);
-  razorkv::head_plan plan(r.shape);
-  plan.set_retrieval(0, 1, true);
-  const std::vector<razorkv::policy> policies = {
-      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
-      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
-      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+  const std::vector<razorkv::policy> policies = six_policies(r.shape);
   std::vector<razorkv::any_kv_cache<float>> caches;
   for (const razorkv::policy& p : policies) {
     caches.push_back(
@@ -172,12 +177,7 @@ TEST(PolicyPlugins, EveryPolicysCacheTakesItsRowsFromThePromptsResource) {
   razorkv::prompt_kv<float> pooled_prompt = r.prompt(300, 64);
   razorkv_test::counting_resource pool;
   pooled_prompt.cache_resource = &pool;
-  razorkv::head_plan plan(r.shape);
-  plan.set_retrieval(0, 1, true);
-  const std::vector<razorkv::policy> policies = {
-      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
-      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
-      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+  const std::vector<razorkv::policy> policies = six_policies(r.shape);
   std::mt19937_64 rng(5);
   const std::vector<float> queries = razorkv_test::random_values<float>(4 * 32, rng);
   const razorkv::matrix_view<const float> query(queries.data(), 4, 32);
@@ -297,12 +297,7 @@ static_assert(razorkv::detail::has_memory_vocabulary<razorkv::any_kv_cache<float
 TEST(PolicyPlugins, EveryCacheSpeaksOneMemoryVocabulary) {
   const random_prompt r(300);
   const razorkv::prompt_kv<float> prompt = r.prompt(300, 64);
-  razorkv::head_plan plan(r.shape);
-  plan.set_retrieval(0, 1, true);
-  const std::vector<razorkv::policy> policies = {
-      razorkv::full_policy(),          razorkv::razor_policy("razor", plan),
-      razorkv::streaming_llm_policy(), razorkv::snapkv_policy(),
-      razorkv::h2o_policy({}, 64),     keep_first_policy{}};
+  const std::vector<razorkv::policy> policies = six_policies(r.shape);
   for (const razorkv::policy& p : policies) {
     const razorkv::any_kv_cache<float> cache =
         razorkv::compress_prompt(p, prompt, razorkv::memory_budget::entries_per_head(100));
