@@ -474,7 +474,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   // scattered kBlockRows apart, a store per query and row; on Zen 2 (2 threads, cold K/V, 32K and
   // 128K tokens, medians of 5, the builds taking turns) row by row took 0.91-0.96x the time at
   // 16-bit GQA 4 and 0.92-0.95x at 16-bit GQA 8, 0.95-1.01x in float; in cache 0.92-1.09x over
-  // two runs (0.92-0.98x at 16-bit GQA 8, 1.04-1.09x at float GQA 4, 1.0-1.07x at MHA).
+  // two runs (0.92-1.01x at 16-bit GQA 8, 1.04-1.09x at float GQA 4, 1.0-1.07x at MHA).
   alignas(64) Acc weights[2][std::size_t{kBlockRows * kQ}];
   Acc* block_weights = weights[0];
   Acc* previous_weights = weights[1];
