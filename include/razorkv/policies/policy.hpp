@@ -115,8 +115,9 @@ class prompt_kv {
 //   p.name                              -> convertible to std::string: how reports call it
 //   p.compress(prompt, budget_entries)  -> a KV cache (is_kv_cache_v) holding the prompt_kv<T>
 //       `prompt` compressed to at most budget_entries entries per kv head on average
-//       (entries_per_head of a memory_budget), for every storage dtype T; it throws the
-//       policy's error, naming the parameter, when the budget or the prompt cannot hold it.
+//       (entries_per_head of a memory_budget), for every storage dtype T, its K/V rows from
+//       prompt.cache_resource; it throws the policy's error, naming the parameter, when the
+//       budget or the prompt cannot hold it.
 // A cache that learns during decode has observe(layer, queries) (see observe_decode).
 // Policies are plug-ins: the evaluation harness and any_policy run any P without naming it.
 namespace detail {
