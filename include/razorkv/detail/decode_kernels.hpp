@@ -360,7 +360,8 @@ inline constexpr int kPatternVectors = kQ > simd_lanes<Acc> ? kQ / simd_lanes<Ac
 
 // largest[q] = the largest of query q's weights in the block, for q < kQ.
 template <class Acc, int kQ>
-inline void block_max_per_query(const Acc* RAZORKV_RESTRICT w, Acc* RAZORKV_RESTRICT largest) {
+inline void block_max_per_query(const Acc* RAZORKV_RESTRICT w,
+                                Acc* RAZORKV_RESTRICT largest) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   constexpr int kP = kPatternVectors<Acc, kQ>;
   static_assert(kBlockRows * kQ % (kP * kW) == 0, "razorkv: a block is whole patterns");
