@@ -354,20 +354,10 @@ TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {
 
 using razorkv_test::counting_resource;
 
-// Bytes of the caches' compensation sums (2 x head_dim doubles per head that has them), which
-// allocated_bytes() counts and which live on the heap.
-long sums_bytes(const razor_kv_cache<float>& cache) {
-  long bytes = 0;
-  for (index_t h = 0; h < cache.num_kv_heads(); ++h) {
-    if (cache.compensation(0, h).key_sum != nullptr)
-      bytes += 2 * kDim * static_cast<long>(sizeof(double));
-  }
-  return bytes;
-}
-
-// Every K/V row of a cache built on a resource comes from it (what allocated_bytes() counts but
-// the compensation sums), through compression, chunks, decode growth, copies and restore, and
-// goes back to it on release() and destruction; the cache holds what a heap cache holds.
+// Every K/V row of a cache built on a resource comes from it, and so do the compensation tokens'
+// sums (what the resource has out is what allocated_bytes() counts), through compression,
+// chunks, decode growth, copies and restore, and goes back to it on release() and destruction;
+// the cache holds what a heap cache holds.
 TEST(RazorkvRazorMemory, EveryRowComesFromTheCachesResourceAndGoesBack) {
   std::mt19937_64 rng(1211);
   const prompt<float> layer(600, rng);
@@ -380,27 +370,26 @@ TEST(RazorkvRazorMemory, EveryRowComesFromTheCachesResourceAndGoesBack) {
     for (index_t first = 0; first < 300; first += 50) {  // chunks: windows outgrow their rows
       pooled.compress_chunk(0, layer.key_view(first, 50), layer.value_view(first, 50));
       heap.compress_chunk(0, layer.key_view(first, 50), layer.value_view(first, 50));
-      EXPECT_EQ(pool.outstanding, pooled.allocated_bytes() - sums_bytes(pooled));
+      EXPECT_EQ(pool.outstanding, pooled.allocated_bytes());
     }
     for (index_t t = 300; t < 600; ++t) {  // decode: blocks chained past the reserve
       pooled.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
       heap.append(0, layer.key_view(t, 1), layer.value_view(t, 1));
     }
-    const long rows_bytes = pooled.allocated_bytes() - sums_bytes(pooled);
-    EXPECT_EQ(pool.outstanding, rows_bytes);
+    const long bytes = pooled.allocated_bytes();
+    EXPECT_EQ(pool.outstanding, bytes);
     for (index_t h = 0; h < kHeads; ++h) EXPECT_EQ(head_bits(pooled, h), head_bits(heap, h));
     {
       const razor_kv_cache<float> copy = pooled;
       EXPECT_EQ(copy.memory_resource(), &pool);
-      EXPECT_EQ(pool.outstanding, 2 * rows_bytes);
+      EXPECT_EQ(pool.outstanding, 2 * bytes);
       razorkv::restore_options options;
       options.resource = &pool;
       const razor_kv_cache<float> restored =
           razorkv::restore_state<float>(razorkv::save_state(pooled), options);
-      EXPECT_EQ(pool.outstanding,
-                2 * rows_bytes + restored.allocated_bytes() - sums_bytes(restored));
+      EXPECT_EQ(pool.outstanding, 2 * bytes + restored.allocated_bytes());
     }
-    EXPECT_EQ(pool.outstanding, rows_bytes);
+    EXPECT_EQ(pool.outstanding, bytes);
     pooled.release();
     EXPECT_EQ(pool.outstanding, 0);
   }
@@ -507,7 +496,7 @@ TEST(RazorkvRazorMemory, APoolThatRunsOutLeavesNothingBehind) {
         completed = true;
       } catch (const std::bad_alloc&) {
       }
-      EXPECT_EQ(pool.outstanding, cache.allocated_bytes() - sums_bytes(cache));
+      EXPECT_EQ(pool.outstanding, cache.allocated_bytes());
     }
     EXPECT_EQ(pool.outstanding, 0);
     ASSERT_LT(limit, 10000);

@@ -153,24 +153,9 @@ TEST(PolicyPlugins, CachesOfDifferentPoliciesDecodeAsOneBatch) {
   EXPECT_EQ(caches[4].target<razorkv::razor_kv_cache<float>>(), nullptr);
 }
 
-// Bytes of a cache's K/V rows: allocated_bytes() but a razor cache's compensation sums (double,
-// 2 x head_dim per compensated head), which stay on the heap with the rest of its bookkeeping.
-long row_bytes(const razorkv::any_kv_cache<float>& cache) {
-  long bytes = cache.allocated_bytes();
-  if (const auto* razor = cache.target<razorkv::razor_kv_cache<float>>()) {
-    for (index_t l = 0; l < razor->num_layers(); ++l) {
-      for (index_t h = 0; h < razor->num_kv_heads(); ++h) {
-        if (razor->compensation(l, h).key_sum != nullptr)
-          bytes -= 2 * razor->head_dim() * static_cast<long>(sizeof(double));
-      }
-    }
-  }
-  return bytes;
-}
-
-// prompt_kv::cache_resource reaches the cache of every policy (the README's own included): its
-// K/V rows, and its copies', come from that resource (row_bytes) and go back,
-// and it decodes as the same policy's cache on the default resource does, bit for bit.
+// prompt_kv::cache_resource reaches the cache of every policy (the README's own included): all
+// that allocated_bytes() counts, and its copies' too, comes from that resource and goes back, and
+// the cache decodes as the same policy's cache on the default resource does, bit for bit.
 TEST(PolicyPlugins, EveryPolicysCacheTakesItsRowsFromThePromptsResource) {
   const random_prompt r(300);
   const razorkv::prompt_kv<float> heap_prompt = r.prompt(300, 64);
@@ -187,7 +172,7 @@ TEST(PolicyPlugins, EveryPolicysCacheTakesItsRowsFromThePromptsResource) {
       const razorkv::any_kv_cache<float> pooled =
           razorkv::compress_prompt(p, pooled_prompt, budget);
       const razorkv::any_kv_cache<float> heap = razorkv::compress_prompt(p, heap_prompt, budget);
-      const long bytes = row_bytes(pooled);
+      const long bytes = pooled.allocated_bytes();
       EXPECT_GT(bytes, 0) << p.name;
       EXPECT_EQ(pool.outstanding, bytes) << p.name;
       for (index_t layer = 0; layer < 2; ++layer) {

@@ -76,6 +76,7 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
  public:
   using value_type = T;
   using skeleton::head_dim;
+  using skeleton::memory_resource;
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
@@ -85,14 +86,11 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   ///        cache and every copy of it (a copy allocates from the same resource).
   dense_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
                  index_t reserve_tokens = 0, std::pmr::memory_resource* resource = nullptr)
-      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim),
-        resource_(detail::resource_or_default(resource)) {
+      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim, resource) {
     RAZORKV_CHECK(reserve_tokens >= 0, kInvalidArgument, "dense_kv_cache: reserve_tokens (",
                   reserve_tokens, ") must be >= 0");
     if (reserve_tokens > 0) reserve(reserve_tokens);
   }
-
-  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
 
   /// Tokens held by `layer` (every kv head of a layer holds the same tokens).
   index_t num_tokens(index_t layer) const {
@@ -194,7 +192,7 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
 
   // A copy of `l` with capacity `capacity` (>= l.tokens), from the cache's resource.
   layer_storage grown(const layer_storage& l, index_t capacity) const {
-    layer_storage result(num_kv_heads(), capacity, head_dim(), resource_);
+    layer_storage result(num_kv_heads(), capacity, head_dim(), memory_resource());
     result.tokens = l.tokens;
     layer_storage::copy_tokens(l, result);
     return result;
@@ -216,8 +214,6 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
     }
     l.tokens += keys.tokens();
   }
-
-  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<dense_kv_cache<float>>, "dense_kv_cache must satisfy the contract");

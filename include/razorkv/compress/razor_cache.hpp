@@ -60,8 +60,10 @@ struct razor_head {
   // Growing heads (retrieval heads; every head in append mode): the tokens appended once
   // `recent` is full, in chained blocks of config.growth_rows rows.
   detail::row_blocks<T> appended;
-  index_t dropped = 0;       // D: tokens folded into the compensation token
-  std::vector<double> sums;  // [2, dim]: sums of the dropped keys, then values (not in mode none)
+  index_t dropped = 0;  // D: tokens folded into the compensation token
+  // [1, dim] each: the sums of the dropped keys and of the dropped values, in double (one row
+  // from compression on; none in mode none).
+  detail::head_rows<double> sums;
   // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
   detail::head_rows<T> mean;
 };
@@ -96,6 +98,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
  public:
   using value_type = T;
   using skeleton::head_dim;
+  using skeleton::memory_resource;
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
@@ -117,18 +120,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   razor_kv_cache(std::shared_ptr<const head_plan> plan, const razor_config& config,
                  std::pmr::memory_resource* resource = nullptr)
       : skeleton("razor_kv_cache", shape_of(plan).num_layers, shape_of(plan).num_kv_heads,
-                 shape_of(plan).head_dim),
+                 shape_of(plan).head_dim, resource),
         plan_(std::move(plan)),
-        config_(config),
-        resource_(detail::resource_or_default(resource)) {
+        config_(config) {
     check_config(config_, "razor_kv_cache");
   }
 
   const head_plan& plan() const noexcept { return *plan_; }
   /// The plan as the pointer the cache shares (for building more caches on it).
   const std::shared_ptr<const head_plan>& shared_plan() const noexcept { return plan_; }
-  /// Where the cache's K/V rows come from.
-  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
   const razor_config& config() const noexcept { return config_; }
 
   /// Whether compress_layer has run on `layer`.
@@ -276,7 +276,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         // One block per chunk, rounded up to whole growth_rows: few spans.
         const index_t block = detail::checked_mul(
             (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
-        head.appended.reserve_more(added - room(head, added), block, head_dim(), resource_);
+        head.appended.reserve_more(added - room(head, added), block, head_dim(), memory_resource());
         continue;
       }
       g.to_sinks = std::min(added, config_.sinks - head.sinks.rows());
@@ -291,7 +291,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
             config_.decode == decode_mode::kBounded ? 0 : config_.decode_reserve;
         g.rows = detail::head_rows<T>(
             std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2),
-            head_dim(), resource_);
+            head_dim(), memory_resource());
       }
     }
     // Phase 2: nothing allocates or throws.
@@ -345,7 +345,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     for (head_state& head : l.heads) {
       if (grows(head))
         head.appended.reserve_more(added - room(head, added), config_.growth_rows, head_dim(),
-                                   resource_);
+                                   memory_resource());
     }
     // Phase 2: no allocation, nothing that throws.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
@@ -417,9 +417,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       token.key = head.mean.keys(0, 1);
       token.value = head.mean.values(0, 1);
     }
-    if (!head.sums.empty()) {
-      token.key_sum = head.sums.data();
-      token.value_sum = head.sums.data() + head_dim();
+    if (head.sums.rows() > 0) {
+      token.key_sum = head.sums.key_row(0);
+      token.value_sum = head.sums.value_row(0);
     }
     return token;
   }
@@ -471,7 +471,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       for (const head_state& head : l.heads) {
         total += head.sinks.allocated_bytes() + head.recent.allocated_bytes() +
                  head.appended.allocated_bytes() + head.mean.allocated_bytes() +
-                 static_cast<index_t>(head.sums.capacity() * sizeof(double));
+                 head.sums.allocated_bytes();
       }
     }
     return total;
@@ -614,13 +614,14 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     // end), reusing the buffers a cleared layer kept where they are large enough.
     std::vector<head_state> kept = std::move(target.heads);
     kept.resize(static_cast<std::size_t>(num_kv_heads()));
-    const auto rows_for = [&](detail::head_rows<T>& old, index_t needed) {
+    const auto rows_for = [&](auto& old, index_t needed) {
+      using rows_t = std::remove_reference_t<decltype(old)>;  // head_rows of T, or of double
       if (old.capacity() >= needed && needed > 0) {
-        detail::head_rows<T> reused = std::move(old);
+        rows_t reused = std::move(old);
         reused.set_rows(0);
         return reused;
       }
-      return detail::head_rows<T>(needed, dim, resource_);
+      return rows_t(needed, dim, memory_resource());
     };
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     struct head_job {
@@ -655,8 +656,10 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
             rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
       }
       if (compensate) {
-        head.sums = std::move(old.sums);
-        head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
+        head.sums = rows_for(old.sums, 1);
+        std::fill_n(head.sums.key_row(0), dim, 0.0);
+        std::fill_n(head.sums.value_row(0), dim, 0.0);
+        head.sums.set_rows(1);
         head.mean = rows_for(old.mean, 1);
       }
       jobs.push_back({h, sinks, keep_recent, dropped});
@@ -680,8 +683,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         if (compensate) {
           for_rows(source, job.sinks, job.dropped,
                    [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-                     detail::add_rows_to_sums(sum_columns, k, head.sums.data());
-                     detail::add_rows_to_sums(sum_columns, v, head.sums.data() + dim);
+                     detail::add_rows_to_sums(sum_columns, k, head.sums.key_row(0));
+                     detail::add_rows_to_sums(sum_columns, v, head.sums.value_row(0));
                    });
           refresh_mean(head);
         }
@@ -761,8 +764,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   // Rewrites the stored mean token from the exact sums.
   void refresh_mean(head_state& head) const noexcept {
     const index_t dim = head_dim();
-    detail::store_mean(head.sums.data(), head.dropped, dim, head.mean.key_row(0));
-    detail::store_mean(head.sums.data() + dim, head.dropped, dim, head.mean.value_row(0));
+    detail::store_mean(head.sums.key_row(0), head.dropped, dim, head.mean.key_row(0));
+    detail::store_mean(head.sums.value_row(0), head.dropped, dim, head.mean.value_row(0));
     head.mean.set_rows(1);
   }
 
@@ -777,12 +780,11 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t capacity = ring.capacity(), added = new_keys.rows();
     const index_t evicted = std::max<index_t>(0, head.ring_rows + added - window);
     const index_t from_ring = std::min(head.ring_rows, evicted), from_new = evicted - from_ring;
-    const bool compensate = !head.sums.empty();
-    const index_t dim = head_dim();
+    const bool compensate = head.sums.rows() > 0;
     const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
       if (!compensate || k.rows() == 0) return;
-      detail::add_rows_to_sums(sum_columns, k, head.sums.data());
-      detail::add_rows_to_sums(sum_columns, v, head.sums.data() + dim);
+      detail::add_rows_to_sums(sum_columns, k, head.sums.key_row(0));
+      detail::add_rows_to_sums(sum_columns, v, head.sums.value_row(0));
     };
     if (from_ring > 0) {
       // The oldest ring rows: [start, capacity) first, then from row 0.
@@ -805,7 +807,6 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
 
   std::shared_ptr<const head_plan> plan_;  // never null
   razor_config config_;
-  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<razor_kv_cache<float>>,

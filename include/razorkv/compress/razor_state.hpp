@@ -140,8 +140,10 @@ struct razor_state_access {
           write(head.recent, 0, head.ring_rows - first_part, values);
         }
         both(head.mean, head.mean.rows());
-        if (!head.sums.empty())
-          w.append(head.sums.data(), static_cast<std::size_t>(2 * dim) * sizeof(double));
+        if (head.sums.rows() > 0) {  // the key sums, then the value sums
+          w.append(head.sums.key_row(0), static_cast<std::size_t>(dim) * sizeof(double));
+          w.append(head.sums.value_row(0), static_cast<std::size_t>(dim) * sizeof(double));
+        }
         index_t blocks = 0;
         head.appended.for_each_block([&](const head_rows<T>&, index_t) { ++blocks; });
         w.scalar<std::int64_t>(blocks);
@@ -177,7 +179,7 @@ struct razor_state_access {
     };
     const auto allocate = [&](index_t rows, const char* what) {
       charge(rows, what);
-      return head_rows<T>(rows, dim, cache.resource_);
+      return head_rows<T>(rows, dim, cache.memory_resource());
     };
     // Reads `rows` rows of keys, then of values, into the scratch vectors.
     const auto read_rows = [&](index_t rows, std::vector<T>& keys, std::vector<T>& values,
@@ -237,8 +239,12 @@ struct razor_state_access {
           head.mean = allocate(1, "a head's mean");
           read_rows(mean_rows, keys, values, "a head's mean");
           head.mean.write(0, view(keys, mean_rows), view(values, mean_rows));
-          head.sums.assign(static_cast<std::size_t>(2 * dim), 0.0);
-          r.copy(head.sums.data(), head.sums.size() * sizeof(double), "a head's sums");
+          head.sums = head_rows<double>(1, dim, cache.memory_resource());
+          r.copy(head.sums.key_row(0), static_cast<std::size_t>(dim) * sizeof(double),
+                 "a head's sums");
+          r.copy(head.sums.value_row(0), static_cast<std::size_t>(dim) * sizeof(double),
+                 "a head's sums");
+          head.sums.set_rows(1);
           if (mean_rows == 1) {
             // The stored mean is the sums' mean rounded to T: anything else was not saved.
             head_state check;
@@ -269,7 +275,7 @@ struct razor_state_access {
               r.count("a block's rows", b + 1 < blocks ? block_capacity : 1, block_capacity);
           charge(block_capacity, "a block");
           // One block of that capacity.
-          head.appended.reserve_more(rows, block_capacity, dim, cache.resource_);
+          head.appended.reserve_more(rows, block_capacity, dim, cache.memory_resource());
           read_rows(rows, keys, values, "a block");
           head.appended.append(view(keys, rows), view(values, rows));
           block_rows += rows;

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <memory_resource>
 #include <utility>
 #include <vector>
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -15,17 +17,26 @@ namespace detail {
 
 /// The base of every razorkv cache: num_layers(), num_kv_heads() and head_dim() (the contract's
 /// shape, fixed for the cache's lifetime), checked at construction with errors prefixed by the
-/// cache's name, and one Layer of storage per layer behind a checked accessor.
+/// cache's name; the memory resource its K/V rows come from; and one Layer of storage per layer
+/// behind a checked accessor.
 template <class Layer>
 class cache_skeleton {
  public:
   index_t num_layers() const noexcept { return num_layers_; }
   index_t num_kv_heads() const noexcept { return num_kv_heads_; }
   index_t head_dim() const noexcept { return head_dim_; }
+  /// Where the cache's K/V rows come from (never null). A copy of the cache allocates from it
+  /// too; the cache's bookkeeping (positions, scores, per-head state) comes from the heap.
+  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
 
  protected:
-  cache_skeleton(const char* name, index_t num_layers, index_t num_kv_heads, index_t head_dim)
-      : num_layers_(num_layers), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
+  /// `resource`: null means std::pmr::get_default_resource().
+  cache_skeleton(const char* name, index_t num_layers, index_t num_kv_heads, index_t head_dim,
+                 std::pmr::memory_resource* resource)
+      : num_layers_(num_layers),
+        num_kv_heads_(num_kv_heads),
+        head_dim_(head_dim),
+        resource_(resource_or_default(resource)) {
     RAZORKV_CHECK(num_layers > 0, kInvalidArgument, name, ": num_layers (", num_layers,
                   ") must be > 0");
     RAZORKV_CHECK(num_kv_heads > 0, kInvalidArgument, name, ": num_kv_heads (", num_kv_heads,
@@ -53,6 +64,7 @@ class cache_skeleton {
 
  private:
   index_t num_layers_, num_kv_heads_, head_dim_;
+  std::pmr::memory_resource* resource_;
 };
 
 /// One layer of a cache that compresses its prompt layer by layer (razor, selected, H2O).

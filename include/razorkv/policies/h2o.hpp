@@ -68,6 +68,7 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
  public:
   using value_type = T;
   using skeleton::head_dim;
+  using skeleton::memory_resource;
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
@@ -78,9 +79,8 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
   ///        heap.
   h2o_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim, index_t budget_entries,
                const h2o_config& config = {}, std::pmr::memory_resource* resource = nullptr)
-      : skeleton("h2o_kv_cache", num_layers, num_kv_heads, head_dim),
-        budget_(budget_entries),
-        resource_(detail::resource_or_default(resource)) {
+      : skeleton("h2o_kv_cache", num_layers, num_kv_heads, head_dim, resource),
+        budget_(budget_entries) {
     constexpr const char* kWhere = "h2o_kv_cache";
     RAZORKV_CHECK(budget_entries >= 1, kInvalidArgument, kWhere, ": the budget (", budget_entries,
                   " entries per head) must be >= 1");
@@ -95,8 +95,6 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
   index_t budget() const noexcept { return budget_; }
   index_t recent_window() const noexcept { return recent_; }
   index_t heavy_slots() const noexcept { return budget_ - recent_; }
-  /// Where the cache's K/V rows come from.
-  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
   bool is_compressed(index_t layer) const {
     return layer_at(layer, "h2o_kv_cache::is_compressed").compressed;
   }
@@ -126,8 +124,8 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
     }
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     for (head_state& head : heads) {
-      head.heavy = detail::head_rows<T>(heavy_slots(), head_dim(), resource_);
-      head.ring = detail::head_rows<T>(recent_, head_dim(), resource_);
+      head.heavy = detail::head_rows<T>(heavy_slots(), head_dim(), memory_resource());
+      head.ring = detail::head_rows<T>(recent_, head_dim(), memory_resource());
       head.heavy_position.assign(static_cast<std::size_t>(heavy_slots()), 0);
       head.heavy_score.assign(static_cast<std::size_t>(heavy_slots()), 0.0);
       head.ring_position.assign(static_cast<std::size_t>(recent_), 0);
@@ -379,7 +377,6 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
   }
 
   index_t budget_, recent_ = 1;
-  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<h2o_kv_cache<float>>,

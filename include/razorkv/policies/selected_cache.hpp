@@ -48,6 +48,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
  public:
   using value_type = T;
   using skeleton::head_dim;
+  using skeleton::memory_resource;
   using skeleton::num_kv_heads;
   using skeleton::num_layers;
 
@@ -57,11 +58,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   ///        copy allocates from it too). The positions and other bookkeeping come from the heap.
   selected_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
                     std::pmr::memory_resource* resource = nullptr)
-      : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim),
-        resource_(detail::resource_or_default(resource)) {}
-
-  /// Where the cache's K/V rows come from.
-  std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
+      : skeleton("selected_kv_cache", num_layers, num_kv_heads, head_dim, resource) {}
 
   bool is_compressed(index_t layer) const {
     return layer_at(layer, "selected_kv_cache::is_compressed").compressed;
@@ -109,8 +106,8 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
       head.positions = keep[static_cast<std::size_t>(h)];
-      head.rows =
-          detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim(), resource_);
+      head.rows = detail::head_rows<T>(static_cast<index_t>(head.positions.size()), head_dim(),
+                                       memory_resource());
     }
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       head_state& head = heads[static_cast<std::size_t>(h)];
@@ -140,7 +137,7 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
     if (added == 0) return;
     const index_t total = detail::checked_add(l.tokens, added, "selected_kv_cache::append: tokens");
     for (head_state& head : l.heads)  // may throw; changes nothing visible
-      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim(), resource_);
+      head.appended.reserve_more(added, detail::kSelectedGrowthRows, head_dim(), memory_resource());
     // No allocation and nothing that throws from here on.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
       l.heads[h].appended.append(keys.head(static_cast<index_t>(h)),
@@ -189,8 +186,6 @@ class selected_kv_cache : public detail::compressed_cache_skeleton<detail::selec
   using skeleton::head_at;
   using skeleton::layer_at;
   using skeleton::layers_;
-
-  std::pmr::memory_resource* resource_;  // never null
 };
 
 static_assert(is_kv_cache_v<selected_kv_cache<float>>,
