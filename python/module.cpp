@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -344,11 +345,24 @@ using baseline_cache = py_cache<any_cache_t>;
 using razor_cache = py_cache<razorkv::razor_kv_cache>;
 
 razor_cache make_razor_cache(const razorkv::head_plan& plan, const std::string& dtype,
-                             const razorkv::razor_config& config) {
+                             const razorkv::razor_config& config,
+                             razorkv::huge_page_resource* resource) {
   return with_type(parse_dtype(dtype), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    return razor_cache(razorkv::razor_kv_cache<T>(plan, config));
+    return razor_cache(razorkv::razor_kv_cache<T>(plan, config, resource));
   });
+}
+
+// A HugePageResource: every block it maps is kept mapped for the next cache while they total at
+// most keep_bytes (an engine's long-lived KV pool), blocks under min_bytes come from the heap.
+std::unique_ptr<razorkv::huge_page_resource> make_huge_page_resource(index_t min_bytes,
+                                                                     index_t keep_bytes) {
+  RAZORKV_CHECK(min_bytes > 0, kInvalidArgument, "HugePageResource: min_bytes (", min_bytes,
+                ") must be > 0");
+  RAZORKV_CHECK(keep_bytes >= 0, kInvalidArgument, "HugePageResource: keep_bytes (", keep_bytes,
+                ") must be >= 0");
+  return std::make_unique<razorkv::huge_page_resource>(nullptr, static_cast<std::size_t>(min_bytes),
+                                                       static_cast<std::size_t>(keep_bytes));
 }
 
 razorkv::razor_config make_razor_config(index_t sinks, index_t s0, double c, index_t fixed_window,
@@ -372,7 +386,7 @@ baseline_cache compress_prompt(const razorkv::policy& policy, const razorkv::mod
                                const std::vector<py::array>& keys,
                                const std::vector<py::array>& values,
                                const std::vector<py::array>& queries, const std::string& dtype,
-                               index_t budget_entries) {
+                               index_t budget_entries, razorkv::huge_page_resource* resource) {
   RAZORKV_CHECK(keys.size() == values.size() && (queries.empty() || queries.size() == keys.size()),
                 kShapeMismatch, "compress: ", keys.size(), " key, ", values.size(), " value and ",
                 queries.size(), " query layers given; they must be equal (queries may be none)");
@@ -393,7 +407,8 @@ baseline_cache compress_prompt(const razorkv::policy& policy, const razorkv::mod
       if (!q.empty()) s.queries = q[l].any_layer().template as<T>("compress", "queries");
       layers.push_back(s);
     }
-    const razorkv::prompt_kv<T> prompt(shape, std::move(layers));
+    razorkv::prompt_kv<T> prompt(shape, std::move(layers));
+    prompt.cache_resource = resource;
     py::gil_scoped_release unlocked;
     return baseline_cache(policy.compress(prompt, budget_entries));
   });
@@ -618,8 +633,21 @@ PYBIND11_MODULE(_razorkv, m) {
         return razorkv::decode_mode_name(c.decode);
       });
 
+  // Where caches take their K/V memory from; a cache keeps its resource alive.
+  py::class_<razorkv::huge_page_resource>(m, "HugePageResource")
+      .def(py::init(&make_huge_page_resource), py::kw_only(),
+           py::arg("min_bytes") = static_cast<index_t>(razorkv::huge_page_resource::kHugePageBytes),
+           py::arg("keep_bytes") = 0)
+      .def_property_readonly("min_bytes", &razorkv::huge_page_resource::min_bytes)
+      .def_property_readonly("keep_bytes", &razorkv::huge_page_resource::keep_bytes)
+      .def("kept_bytes", &razorkv::huge_page_resource::kept_bytes)
+      .def_property_readonly_static("maps_blocks", [](const py::object&) {
+        return razorkv::huge_page_resource::maps_blocks();
+      });
+
   py::class_<razor_cache>(m, "_RazorCache")
-      .def(py::init(&make_razor_cache))
+      .def(py::init(&make_razor_cache), py::arg("plan"), py::arg("dtype"), py::arg("config"),
+           py::arg("resource") = nullptr, py::keep_alive<1, 5>())
       .def_property_readonly("dtype", &razor_cache::dtype)
       .def_property_readonly("shape", &razor_cache::shape)
       .def("compress_layer",
@@ -678,14 +706,21 @@ PYBIND11_MODULE(_razorkv, m) {
                  c.visit([](const auto& cache) { return razorkv::save_state(cache); });
              return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
            })
-      .def_static("restore_state", [](const py::bytes& state, const std::string& dtype) {
-        const std::string_view bytes(state);
-        return with_type(parse_dtype(dtype), [&](auto* tag) {
-          using T = std::remove_pointer_t<decltype(tag)>;
-          return razor_cache(razorkv::restore_state<T>(
-              reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
-        });
-      });
+      .def_static(
+          "restore_state",
+          [](const py::bytes& state, const std::string& dtype,
+             razorkv::huge_page_resource* resource) {
+            const std::string_view bytes(state);
+            razorkv::restore_options options;
+            options.resource = resource;
+            return with_type(parse_dtype(dtype), [&](auto* tag) {
+              using T = std::remove_pointer_t<decltype(tag)>;
+              return razor_cache(razorkv::restore_state<T>(
+                  reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), options));
+            });
+          },
+          py::arg("state"), py::arg("dtype"), py::arg("resource") = nullptr,
+          py::keep_alive<0, 3>());
 
   py::class_<baseline_cache>(m, "_Cache")
       .def_property_readonly("dtype", &baseline_cache::dtype)
@@ -732,10 +767,16 @@ PYBIND11_MODULE(_razorkv, m) {
             return razorkv::policy(razorkv::razor_policy(name, plan, config));
           },
           py::arg("plan"), py::arg("config") = razorkv::razor_config{}, py::arg("name") = "razor")
-      .def("_compress", [](const razorkv::policy& p, const py::tuple& shape,
-                           const std::vector<py::array>& keys, const std::vector<py::array>& values,
-                           const std::vector<py::array>& queries, const std::string& dtype,
-                           index_t budget_entries) {
-        return compress_prompt(p, shape_from(shape), keys, values, queries, dtype, budget_entries);
-      });
+      .def(
+          "_compress",
+          [](const razorkv::policy& p, const py::tuple& shape, const std::vector<py::array>& keys,
+             const std::vector<py::array>& values, const std::vector<py::array>& queries,
+             const std::string& dtype, index_t budget_entries,
+             razorkv::huge_page_resource* resource) {
+            return compress_prompt(p, shape_from(shape), keys, values, queries, dtype,
+                                   budget_entries, resource);
+          },
+          py::arg("shape"), py::arg("keys"), py::arg("values"), py::arg("queries"),
+          py::arg("dtype"), py::arg("budget_entries"), py::arg("resource") = nullptr,
+          py::keep_alive<0, 8>());
 }

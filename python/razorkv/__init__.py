@@ -1,8 +1,9 @@
 """razorkv: RazorAttention KV-cache compression, from Python.
 
 Calibration (a probe, echo and induction scores of every head, the retrieval heads a plan keeps
-whole; for ALiBi models, plans from the slopes alone), plan files in every format razorkv reads, the memory calculator, the compressed cache
-and the baseline policies. Arrays are numpy arrays or PyTorch CPU tensors, read in place when
+whole; for ALiBi models, plans from the slopes alone), plan files in every format razorkv reads,
+the memory calculator, the compressed cache and the baseline policies, on the heap or on a
+HugePageResource that an engine keeps as its KV pool. Arrays are numpy arrays or PyTorch CPU tensors, read in place when
 their layout allows (last axis contiguous); bfloat16 tensors too. razorkv.torch calibrates a
 PyTorch model in-process. Errors are razorkv.Error (a ValueError) with razorkv's message.
 """
@@ -13,6 +14,7 @@ from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
     Error,
     HeadPlan,
     HeadScores,
+    HugePageResource,
     Policy,
     Probe,
     RazorConfig,
@@ -30,7 +32,8 @@ from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
 from . import _razorkv
 
 __all__ = [
-    "Cache", "Error", "HeadPlan", "HeadScores", "Policy", "Probe", "RazorCache", "RazorConfig",
+    "Cache", "Error", "HeadPlan", "HeadScores", "HugePageResource", "Policy", "Probe",
+    "RazorCache", "RazorConfig",
     "alibi_logit_bound", "alibi_slopes", "alibi_span", "compress", "compressed_kv_bytes",
     "full_kv_bytes", "load_plan", "load_scores", "model_presets", "save_plan", "save_scores",
     "score_probabilities", "score_queries_keys", "select", "select_alibi", "select_for_budget",
@@ -183,10 +186,12 @@ class _CacheMethods:
 
 class RazorCache(_CacheMethods):
     """The RazorAttention cache: retrieval kv heads (the plan's) keep every token; every other
-    head keeps the sinks, one compensation token and a recent window."""
+    head keeps the sinks, one compensation token and a recent window. resource: a
+    HugePageResource its K/V memory comes from (kept alive by the cache), or None for the heap."""
 
-    def __init__(self, plan, dtype="float32", config=None, *, _cache=None):
-        self._cache = _cache or _razorkv._RazorCache(plan, dtype, config or RazorConfig())
+    def __init__(self, plan, dtype="float32", config=None, *, resource=None, _cache=None):
+        self._cache = _cache or _razorkv._RazorCache(plan, dtype, config or RazorConfig(),
+                                                     resource)
 
     def compress_layer(self, layer, keys, values):
         """Compresses one layer's prefill K/V [tokens, kv heads, head_dim], read in place."""
@@ -229,8 +234,10 @@ class RazorCache(_CacheMethods):
         return self._cache.save_state()
 
     @staticmethod
-    def restore_state(state, dtype="float32"):
-        return RazorCache(None, _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype))
+    def restore_state(state, dtype="float32", *, resource=None):
+        """The cache save_state wrote, its K/V memory from `resource` (None: the heap)."""
+        return RazorCache(
+            None, _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype, resource))
 
 
 class Cache(_CacheMethods):
@@ -240,10 +247,12 @@ class Cache(_CacheMethods):
         self._cache = cache
 
 
-def compress(policy, keys, values, *, budget_entries, queries=None, num_query_heads=None):
+def compress(policy, keys, values, *, budget_entries, queries=None, num_query_heads=None,
+             resource=None):
     """The cache `policy` makes of a prompt: per-layer keys and values [N, kv heads, head_dim]
     and, for policies that read them (SnapKV, H2O), the last Nq queries [Nq, query heads,
-    head_dim] of every layer; all one dtype. budget_entries: entries per kv head on average."""
+    head_dim] of every layer; all one dtype. budget_entries: entries per kv head on average.
+    resource: a HugePageResource the cache's K/V memory comes from, or None for the heap."""
     if len(keys) == 0:
         raise Error("compress: keys holds no layer")
     k = [_storage(x, "keys") for x in keys]
@@ -258,4 +267,4 @@ def compress(policy, keys, values, *, budget_entries, queries=None, num_query_he
         num_query_heads = q[0][0].shape[1] if q else kv_heads
     shape = (layers, num_query_heads, kv_heads, head_dim)
     return Cache(policy._compress(shape, [a for a, _ in k], [a for a, _ in v], [a for a, _ in q],
-                                  dtypes.pop(), budget_entries))
+                                  dtypes.pop(), budget_entries, resource))

@@ -1,8 +1,11 @@
 """The razorkv Python module against numpy: scoring, plans and their files, ALiBi selection, the
-calculator, the RazorAttention cache and the baseline policies, zero-copy inputs and errors."""
+calculator, the RazorAttention cache and the baseline policies, memory pools, zero-copy inputs and
+errors."""
+import gc
 import os
 import tempfile
 import unittest
+import weakref
 
 import numpy as np
 
@@ -326,6 +329,95 @@ class Policies(unittest.TestCase):
         with self.assertRaisesRegex(razorkv.Error, "needs that many prompt queries"):
             razorkv.compress(razorkv.Policy.snapkv(window=8), keys, keys, budget_entries=16,
                              num_query_heads=4)
+
+
+@unittest.skipUnless(razorkv.HugePageResource.maps_blocks, "this system maps no blocks itself")
+class MemoryPools(unittest.TestCase):
+    """Caches on a HugePageResource that keeps every freed block: what a cache frees shows up as
+    kept bytes, so a cache whose memory came from the heap would leave none."""
+
+    def setUp(self):
+        self.plan = razorkv.HeadPlan((2, 4, 2, 16))
+        self.plan.set_retrieval(0, 1)
+        self.keys = [rng.standard_normal((64, 2, 16)).astype(np.float32) for _ in range(2)]
+        self.values = [rng.standard_normal((64, 2, 16)).astype(np.float32) for _ in range(2)]
+        self.q = rng.standard_normal((4, 16)).astype(np.float32)
+
+    def pool(self):
+        return razorkv.HugePageResource(min_bytes=64, keep_bytes=1 << 40)
+
+    def test_a_razor_cache_and_its_restored_copy_take_their_memory_from_the_pool(self):
+        config = razorkv.RazorConfig(sinks=2, s0=8, c=4.0)
+        pool = self.pool()
+        pooled = razorkv.RazorCache(self.plan, "float32", config, resource=pool)
+        heap = razorkv.RazorCache(self.plan, "float32", config)
+        for layer in range(2):
+            pooled.compress_layer(layer, self.keys[layer], self.values[layer])
+            heap.compress_layer(layer, self.keys[layer], self.values[layer])
+        np.testing.assert_array_equal(pooled.decode(0, self.q), heap.decode(0, self.q))
+        self.assertEqual(pool.kept_bytes(), 0)
+        pooled.release()
+        released = pool.kept_bytes()
+        self.assertGreater(released, 0)
+        restored = razorkv.RazorCache.restore_state(heap.save_state(), "float32", resource=pool)
+        self.assertLess(pool.kept_bytes(), released)  # the restored rows reuse the kept blocks
+        np.testing.assert_array_equal(restored.decode(1, self.q), heap.decode(1, self.q))
+        # A cache keeps its resource alive, and lets it go when it goes.
+        def compress(resource):
+            cache = razorkv.RazorCache(self.plan, "float32", config, resource=resource)
+            cache.compress_layer(0, self.keys[0], self.values[0])
+            return cache
+        self.assert_holds_its_resource(compress, self.keys[0], self.values[0])
+        state = heap.save_state()
+        self.assert_holds_its_resource(
+            lambda resource: razorkv.RazorCache.restore_state(state, "float32", resource=resource),
+            self.keys[0], self.values[0])
+
+    def assert_holds_its_resource(self, make_cache, keys, values):
+        """make_cache(resource) gives a cache of a compressed layer 0; with no other reference
+        to the resource left, the cache still appends and decodes, and the resource goes with
+        the cache."""
+        pool = self.pool()
+        cache = make_cache(pool)
+        alive = weakref.ref(pool)
+        del pool
+        gc.collect()
+        self.assertIsNotNone(alive())
+        for t in range(1, 40):  # past the windows' rows: blocks from the resource
+            cache.append(0, keys[t:t + 1], values[t:t + 1])
+        self.assertTrue(np.all(np.isfinite(cache.decode(0, self.q))))
+        del cache
+        gc.collect()
+        self.assertIsNone(alive())
+
+    def test_every_policys_cache_takes_its_memory_from_the_pool(self):
+        queries = [rng.standard_normal((64, 4, 16)).astype(np.float32) for _ in range(2)]
+        for policy in (razorkv.Policy.full(), razorkv.Policy.streaming_llm(),
+                       razorkv.Policy.snapkv(window=8), razorkv.Policy.h2o(),
+                       razorkv.Policy.razor(self.plan)):
+            pool = self.pool()
+            pooled = razorkv.compress(policy, self.keys, self.values, budget_entries=24,
+                                      queries=queries, resource=pool)
+            heap = razorkv.compress(policy, self.keys, self.values, budget_entries=24,
+                                    queries=queries)
+            np.testing.assert_array_equal(pooled.decode(1, self.q), heap.decode(1, self.q),
+                                          policy.name)
+            self.assertEqual(pool.kept_bytes(), 0, policy.name)
+            del pooled
+            self.assertGreater(pool.kept_bytes(), 0, policy.name)
+            self.assert_holds_its_resource(
+                lambda resource: razorkv.compress(policy, self.keys, self.values,
+                                                  budget_entries=24, queries=queries,
+                                                  resource=resource),
+                self.keys[1], self.values[1])
+
+    def test_bad_input_names_the_value(self):
+        with self.assertRaisesRegex(razorkv.Error, "min_bytes \\(0\\) must be > 0"):
+            razorkv.HugePageResource(min_bytes=0)
+        with self.assertRaisesRegex(razorkv.Error, "keep_bytes \\(-1\\) must be >= 0"):
+            razorkv.HugePageResource(keep_bytes=-1)
+        with self.assertRaises(TypeError):
+            razorkv.RazorCache(self.plan, "float32", resource="pool")
 
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
