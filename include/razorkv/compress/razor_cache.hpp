@@ -106,10 +106,11 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// own copy of the plan.
   ///
   /// \param resource where every K/V row of the cache comes from (64-byte aligned blocks: the
-  ///        sinks, windows, compensation tokens and appended blocks), so that an engine can pool
-  ///        it with the rest of its KV memory; null means std::pmr::get_default_resource(). It
-  ///        must outlive the cache and every copy of it (a copy allocates from it too). The
-  ///        cache's bookkeeping (a few hundred bytes per kv head) comes from the heap.
+  ///        sinks, windows, compensation tokens and their sums, appended blocks), so that an engine
+  ///        can pool it with the rest of its KV memory; null means
+  ///        std::pmr::get_default_resource(). It must outlive the cache and every copy of it (a
+  ///        copy allocates from it too). The cache's bookkeeping (a few hundred bytes per kv head)
+  ///        comes from the heap.
   razor_kv_cache(head_plan plan, const razor_config& config,
                  std::pmr::memory_resource* resource = nullptr)
       : razor_kv_cache(std::make_shared<const head_plan>(std::move(plan)), config, resource) {}
