@@ -3,9 +3,10 @@
 Calibration (a probe, echo and induction scores of every head, the retrieval heads a plan keeps
 whole; for ALiBi models, plans from the slopes alone), plan files in every format razorkv reads,
 the memory calculator, the compressed cache and the baseline policies, on the heap or on a
-HugePageResource that an engine keeps as its KV pool. Arrays are numpy arrays or PyTorch CPU tensors, read in place when
-their layout allows (last axis contiguous); bfloat16 tensors too. razorkv.torch calibrates a
-PyTorch model in-process. Errors are razorkv.Error (a ValueError) with razorkv's message.
+HugePageResource that an engine keeps as its KV pool. Arrays are numpy arrays or PyTorch CPU
+tensors, read in place when their layout allows (last axis contiguous); bfloat16 tensors too.
+razorkv.torch calibrates a PyTorch model in-process. Errors are razorkv.Error (a ValueError) with
+razorkv's message.
 """
 
 import numpy as _np
