@@ -1,6 +1,7 @@
 // razorkv/python/module.cpp: the C++ side of `import razorkv` (pybind11): calibration (probe,
-// scorers, selection, plans and their files, the memory calculator), the RazorAttention cache
-// and the baseline policies. razorkv/__init__.py wraps it; arrays arrive here as numpy arrays.
+// scorers, selection, plans and their files, the memory calculator), the RazorAttention cache,
+// the baseline policies, and paged K/V read in place. razorkv/__init__.py wraps it; arrays
+// arrive here as numpy arrays.
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/plan_files.hpp>
 #include <razorkv/razorkv.hpp>
@@ -10,6 +11,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -263,6 +265,147 @@ py::array_t<float> attend_source(const Source& source, index_t layer, py::array_
   razorkv::prefill_attention(source, layer, q.layer<float>(), out_view, options);
   return out;
 }
+
+// ---- paged K/V ---------------------------------------------------------------------------------
+
+// One layer's K or V page pool as razorkv's pool view, in place: [num_pages, page_size, kv heads,
+// head_dim] ("nhd") or [num_pages, kv heads, page_size, head_dim] ("hnd"), any non-negative
+// strides that are whole elements, the last axis contiguous. A pool is never copied (it is the
+// engine's memory, and may be gigabytes), so a layout it cannot be read in is an error.
+template <class T>
+razorkv::page_pool_view<const T> pool_view(const py::array& a, bool hnd, const char* name,
+                                           std::size_t layer) {
+  RAZORKV_CHECK(a.ndim() == 4, kShapeMismatch, name, "[", layer, "] must have 4 dimensions (",
+                hnd ? "[num_pages, kv heads, page_size, head_dim]"
+                    : "[num_pages, page_size, kv heads, head_dim]",
+                "), has ", a.ndim());
+  const auto item = a.itemsize();
+  index_t strides[4];
+  for (py::ssize_t i = 0; i < 4; ++i) {
+    RAZORKV_CHECK(a.strides(i) >= 0 && a.strides(i) % item == 0, kInvalidArgument, name, "[", layer,
+                  "]: stride ", i, " (", a.strides(i), " bytes) is not a non-negative ",
+                  "multiple of the element size (", item, " bytes); pools are read in place");
+    strides[i] = static_cast<index_t>(a.strides(i) / item);
+  }
+  RAZORKV_CHECK(a.shape(3) <= 1 || strides[3] == 1, kInvalidArgument, name, "[", layer,
+                "]: the last axis (head_dim) must be contiguous, has stride ", strides[3],
+                " elements; pools are read in place, never copied");
+  const auto extent = [&a](int i) { return static_cast<index_t>(a.shape(i)); };
+  const int token_axis = hnd ? 2 : 1, head_axis = hnd ? 1 : 2;
+  return razorkv::page_pool_view<const T>(static_cast<const T*>(a.data()), extent(0),
+                                          extent(token_axis), extent(head_axis), extent(3),
+                                          strides[0], strides[token_axis], strides[head_axis]);
+}
+
+// A sequence's page table as int32 (what paged_kv_view reads): any integer array, every value
+// checked to fit (the view then checks each against the pools).
+std::vector<std::int32_t> page_table_from(const py::array& table) {
+  RAZORKV_CHECK(table.ndim() == 1, kShapeMismatch, "page_table must have 1 dimension, has ",
+                table.ndim());
+  const char kind = table.dtype().kind();
+  RAZORKV_CHECK(kind == 'i' || kind == 'u', kInvalidArgument,
+                "page_table must hold integers, holds ",
+                table.dtype().attr("name").cast<std::string>());
+  const py::array_t<std::int64_t> wide = py::array_t<std::int64_t>::ensure(table);
+  RAZORKV_CHECK(wide, kInvalidArgument, "page_table: not readable as 64-bit integers");
+  const auto values = wide.unchecked<1>();
+  std::vector<std::int32_t> pages(static_cast<std::size_t>(values.shape(0)));
+  for (py::ssize_t i = 0; i < values.shape(0); ++i) {
+    RAZORKV_CHECK(values(i) >= 0 && values(i) <= std::numeric_limits<std::int32_t>::max(),
+                  kOutOfRange, "page_table[", i, "] (", values(i),
+                  ") is not a page index (0 to 2^31 - 1)");
+    pages[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(values(i));
+  }
+  return pages;
+}
+
+// One sequence's K/V in an engine's page pools, read in place (razorkv::paged_kv_view): the pools
+// (one K and one V array per layer, all of one storage dtype), which this object keeps alive,
+// and its own copy of the page table.
+class py_paged {
+ public:
+  py_paged(std::vector<py::array> key_pools, std::vector<py::array> value_pools,
+           const std::string& declared, const py::array& page_table, index_t num_tokens,
+           const std::string& layout)
+      : key_arrays_(std::move(key_pools)),
+        value_arrays_(std::move(value_pools)),
+        page_table_(page_table_from(page_table)) {
+    RAZORKV_CHECK(layout == "nhd" || layout == "hnd", kInvalidArgument, "layout ('", layout,
+                  "') must be 'nhd' or 'hnd'");
+    RAZORKV_CHECK(!key_arrays_.empty() && key_arrays_.size() == value_arrays_.size(),
+                  kShapeMismatch, "PagedKV: ", key_arrays_.size(), " key pools and ",
+                  value_arrays_.size(), " value pools; give one of each per layer");
+    const razorkv::dtype type = storage_dtype(key_arrays_[0], declared, "key_pools");
+    for (std::size_t l = 0; l < key_arrays_.size(); ++l) {
+      for (const auto* pools : {&key_arrays_, &value_arrays_}) {
+        const char* name = pools == &key_arrays_ ? "key_pools" : "value_pools";
+        const razorkv::dtype pool_type = storage_dtype((*pools)[l], declared, name);
+        RAZORKV_CHECK(pool_type == type, kInvalidArgument, name, "[", l, "] is ",
+                      numpy_name(pool_type), ", key_pools[0] ", numpy_name(type),
+                      "; every pool must hold one dtype");
+      }
+    }
+    const bool hnd = layout == "hnd";
+    view_ = with_type(type, [&](auto* tag) -> view_variant {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      auto typed = std::make_unique<typed_view<T>>();
+      for (std::size_t l = 0; l < key_arrays_.size(); ++l) {
+        typed->keys.push_back(pool_view<T>(key_arrays_[l], hnd, "key_pools", l));
+        typed->values.push_back(pool_view<T>(value_arrays_[l], hnd, "value_pools", l));
+      }
+      typed->view.emplace(typed->keys.data(), typed->values.data(),
+                          static_cast<index_t>(typed->keys.size()), page_table_.data(),
+                          static_cast<index_t>(page_table_.size()), num_tokens);
+      return typed;
+    });
+  }
+
+  /// f(const razorkv::paged_kv_view<T>&).
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit([&](const auto& typed) -> decltype(auto) { return f(*typed->view); }, view_);
+  }
+
+  std::string dtype() const {
+    return visit([](const auto& view) {
+      using T = typename std::decay_t<decltype(view)>::value_type;
+      return numpy_name(razorkv::dtype_of<T>());
+    });
+  }
+  py::tuple shape() const {
+    return visit([](const auto& view) {
+      return py::make_tuple(view.num_layers(), view.num_kv_heads(), view.head_dim());
+    });
+  }
+  index_t num_tokens() const {
+    return visit([](const auto& view) { return view.num_tokens(); });
+  }
+  index_t page_size() const {
+    return visit([](const auto& view) { return view.page_size(); });
+  }
+  py::array_t<float> attend(index_t layer, py::array_t<float> queries,
+                            std::optional<double> scale) const {
+    return visit(
+        [&](const auto& view) { return attend_source(view, layer, queries, scale, nullptr); });
+  }
+
+ private:
+  // The pool views live on the heap, where the paged_kv_view points, so that a move of this
+  // object leaves the view valid.
+  template <class T>
+  struct typed_view {
+    std::vector<razorkv::page_pool_view<const T>> keys, values;
+    std::optional<razorkv::paged_kv_view<T>> view;
+  };
+  using view_variant =
+      std::variant<std::unique_ptr<typed_view<float>>, std::unique_ptr<typed_view<double>>,
+                   std::unique_ptr<typed_view<Eigen::half>>,
+                   std::unique_ptr<typed_view<Eigen::bfloat16>>>;
+
+  std::vector<py::array> key_arrays_, value_arrays_;  // kept alive: the views read them
+  std::vector<std::int32_t> page_table_;
+  view_variant view_;
+};
 
 template <class T>
 using any_cache_t = razorkv::any_kv_cache<T>;
@@ -668,6 +811,21 @@ PYBIND11_MODULE(_razorkv, m) {
              c.visit(
                  [&](auto& cache) { cache.compress_chunk(layer, k.any_layer(), v.any_layer()); });
            })
+      .def("compress_layer_paged",
+           [](razor_cache& c, index_t layer, const py_paged& prefill) {
+             py::gil_scoped_release unlocked;
+             c.visit([&](auto& cache) {
+               using T = typename std::decay_t<decltype(cache)>::value_type;
+               prefill.visit([&](const auto& view) {
+                 using P = typename std::decay_t<decltype(view)>::value_type;
+                 RAZORKV_CHECK((std::is_same_v<T, P>), kInvalidArgument,
+                               "compress_layer: the pages hold ",
+                               numpy_name(razorkv::dtype_of<P>()), ", this cache stores ",
+                               numpy_name(razorkv::dtype_of<T>()));
+                 if constexpr (std::is_same_v<T, P>) cache.compress_layer(layer, view);
+               });
+             });
+           })
       .def("append", &razor_cache::append)
       .def("attend", &razor_cache::attend)
       .def("entries", &razor_cache::entries)
@@ -721,6 +879,17 @@ PYBIND11_MODULE(_razorkv, m) {
           },
           py::arg("state"), py::arg("dtype"), py::arg("resource") = nullptr,
           py::keep_alive<0, 3>());
+
+  py::class_<py_paged>(m, "_PagedKV")
+      .def(py::init<std::vector<py::array>, std::vector<py::array>, const std::string&,
+                    const py::array&, index_t, const std::string&>(),
+           py::arg("key_pools"), py::arg("value_pools"), py::arg("dtype"), py::arg("page_table"),
+           py::arg("num_tokens"), py::arg("layout"))
+      .def_property_readonly("dtype", &py_paged::dtype)
+      .def_property_readonly("shape", &py_paged::shape)
+      .def_property_readonly("num_tokens", &py_paged::num_tokens)
+      .def_property_readonly("page_size", &py_paged::page_size)
+      .def("attend", &py_paged::attend);
 
   py::class_<baseline_cache>(m, "_Cache")
       .def_property_readonly("dtype", &baseline_cache::dtype)

@@ -3,7 +3,8 @@
 Calibration (a probe, echo and induction scores of every head, the retrieval heads a plan keeps
 whole; for ALiBi models, plans from the slopes alone), plan files in every format razorkv reads,
 the memory calculator, the compressed cache and the baseline policies, on the heap or on a
-HugePageResource that an engine keeps as its KV pool. Arrays are numpy arrays or PyTorch CPU
+HugePageResource that an engine keeps as its KV pool, and an engine's paged K/V (PagedKV) read
+in place, to attend over or to compress a prompt from. Arrays are numpy arrays or PyTorch CPU
 tensors, read in place when their layout allows (last axis contiguous); bfloat16 tensors too.
 razorkv.torch calibrates a PyTorch model in-process. Errors are razorkv.Error (a ValueError) with
 razorkv's message.
@@ -33,7 +34,7 @@ from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
 from . import _razorkv
 
 __all__ = [
-    "Cache", "Error", "HeadPlan", "HeadScores", "HugePageResource", "Policy", "Probe",
+    "Cache", "Error", "HeadPlan", "HeadScores", "HugePageResource", "PagedKV", "Policy", "Probe",
     "RazorCache", "RazorConfig",
     "alibi_logit_bound", "alibi_slopes", "alibi_span", "compress", "compressed_kv_bytes",
     "full_kv_bytes", "load_plan", "load_scores", "model_presets", "save_plan", "save_scores",
@@ -137,14 +138,8 @@ def save_plan(plan, path, format="razorkv"):
 # ---- caches --------------------------------------------------------------------------------------
 
 
-class _CacheMethods:
-    """What every cache offers: append a token's K/V, attend, and how much it holds."""
-
-    def append(self, layer, keys, values):
-        """Appends K/V [tokens, kv heads, head_dim] (the cache's dtype) to one layer."""
-        k, k_dtype = _storage(keys, "keys")
-        v, v_dtype = _storage(values, "values")
-        self._cache.append(layer, k, k_dtype, v, v_dtype)
+class _Attends:
+    """What every K/V source offers: decode and prefill attention over it, its dtype and shape."""
 
     def decode(self, layer, queries, *, scale=None):
         """Attention of one query per query head [query heads, head_dim] over the layer;
@@ -163,6 +158,25 @@ class _CacheMethods:
                         f"{q.shape}")
         return _like(self._cache.attend(layer, q, scale), queries)
 
+    @property
+    def dtype(self):
+        return self._cache.dtype
+
+    @property
+    def shape(self):
+        """(num_layers, num_kv_heads, head_dim)."""
+        return self._cache.shape
+
+
+class _CacheMethods(_Attends):
+    """What every cache offers besides attention: append a token's K/V, and how much it holds."""
+
+    def append(self, layer, keys, values):
+        """Appends K/V [tokens, kv heads, head_dim] (the cache's dtype) to one layer."""
+        k, k_dtype = _storage(keys, "keys")
+        v, v_dtype = _storage(values, "values")
+        self._cache.append(layer, k, k_dtype, v, v_dtype)
+
     def entries(self, layer, kv_head):
         return self._cache.entries(layer, kv_head)
 
@@ -175,15 +189,6 @@ class _CacheMethods:
     def max_new_tokens(self, layer):
         return self._cache.max_new_tokens(layer)
 
-    @property
-    def dtype(self):
-        return self._cache.dtype
-
-    @property
-    def shape(self):
-        """(num_layers, num_kv_heads, head_dim)."""
-        return self._cache.shape
-
 
 class RazorCache(_CacheMethods):
     """The RazorAttention cache: retrieval kv heads (the plan's) keep every token; every other
@@ -194,8 +199,16 @@ class RazorCache(_CacheMethods):
         self._cache = _cache or _razorkv._RazorCache(plan, dtype, config or RazorConfig(),
                                                      resource)
 
-    def compress_layer(self, layer, keys, values):
-        """Compresses one layer's prefill K/V [tokens, kv heads, head_dim], read in place."""
+    def compress_layer(self, layer, keys, values=None):
+        """Compresses one layer's prefill, read in place: K/V [tokens, kv heads, head_dim], or
+        a PagedKV (keys; values then None) holding the prompt in an engine's page pools."""
+        if isinstance(keys, PagedKV):
+            if values is not None:
+                raise Error("compress_layer: a PagedKV holds the values too; give no values")
+            self._cache.compress_layer_paged(layer, keys._cache)
+            return
+        if values is None:
+            raise Error("compress_layer: values are missing (keys are an array, not a PagedKV)")
         k, k_dtype = _storage(keys, "keys")
         v, v_dtype = _storage(values, "values")
         self._cache.compress_layer(layer, k, k_dtype, v, v_dtype)
@@ -239,6 +252,36 @@ class RazorCache(_CacheMethods):
         """The cache save_state wrote, its K/V memory from `resource` (None: the heap)."""
         return RazorCache(
             None, _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype, resource))
+
+
+class PagedKV(_Attends):
+    """One sequence's K/V in an engine's page pools, read in place: nothing is copied, and each
+    call reads the pools as they are then. key_pools and value_pools hold one array per layer,
+    [num_pages, page_size, kv heads, head_dim] (layout "nhd", vLLM's and FlashInfer's) or
+    [num_pages, kv heads, page_size, head_dim] ("hnd"), any strides with a contiguous last axis
+    (so a slice of one K/V tensor serves), all one dtype. page_table lists the sequence's pages,
+    oldest first, every one full but the last: ceil(num_tokens / page_size) integers. decode
+    and prefill attend over it; RazorCache.compress_layer(layer, paged) compresses a prompt from
+    it. It keeps the arrays alive; make a new one when the sequence grows."""
+
+    def __init__(self, key_pools, value_pools, page_table, num_tokens, *, layout="nhd"):
+        k = [_storage(x, "key_pools") for x in key_pools]
+        v = [_storage(x, "value_pools") for x in value_pools]
+        declared = {d for _, d in k + v}
+        if len(declared) > 1:
+            raise Error("PagedKV: every pool must hold one dtype (some are bfloat16, some not)")
+        table, _ = _storage(page_table, "page_table")
+        self._cache = _razorkv._PagedKV([a for a, _ in k], [a for a, _ in v],
+                                        declared.pop() if declared else "", table, num_tokens,
+                                        layout)
+
+    @property
+    def num_tokens(self):
+        return self._cache.num_tokens
+
+    @property
+    def page_size(self):
+        return self._cache.page_size
 
 
 class Cache(_CacheMethods):

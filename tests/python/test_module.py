@@ -1,6 +1,6 @@
 """The razorkv Python module against numpy: scoring, plans and their files, ALiBi selection, the
-calculator, the RazorAttention cache and the baseline policies, memory pools, zero-copy inputs and
-errors."""
+calculator, the RazorAttention cache and the baseline policies, memory pools, paged K/V, zero-copy
+inputs and errors."""
 import gc
 import os
 import tempfile
@@ -418,6 +418,152 @@ class MemoryPools(unittest.TestCase):
             razorkv.HugePageResource(keep_bytes=-1)
         with self.assertRaises(TypeError):
             razorkv.RazorCache(self.plan, "float32", resource="pool")
+
+
+class PagedPools(unittest.TestCase):
+    """An engine's page pools read in place: the sequence's pages out of order among pages of
+    loud noise (values near 100), which any read of the wrong page or past the sequence's last
+    token would show."""
+
+    layers, kv_heads, dim, page_size, n, pages = 2, 2, 16, 8, 37, 10
+
+    def setUp(self):
+        shape = (self.n, self.kv_heads, self.dim)
+        self.keys = [rng.standard_normal(shape).astype(np.float32) for _ in range(self.layers)]
+        self.values = [rng.standard_normal(shape).astype(np.float32) for _ in range(self.layers)]
+        self.table = np.array([6, 2, 9, 0, 4], np.int32)  # ceil(37 / 8) pages, in no order
+        self.plan = razorkv.HeadPlan((self.layers, 4, self.kv_heads, self.dim))
+        self.plan.set_retrieval(0, 1)
+        self.config = razorkv.RazorConfig(sinks=2, s0=8, c=4.0)
+
+    def pool(self, rows, layout="nhd", dtype=np.float32):
+        """One layer's pool holding `rows` [n, kv heads, dim] at the table's pages."""
+        pool = 100 + rng.standard_normal((self.pages, self.page_size, self.kv_heads, self.dim))
+        for i, page in enumerate(self.table):
+            chunk = rows[i * self.page_size:(i + 1) * self.page_size]
+            pool[page, :len(chunk)] = chunk
+        pool = pool.astype(dtype)
+        return np.ascontiguousarray(pool.transpose(0, 2, 1, 3)) if layout == "hnd" else pool
+
+    def paged(self, layout="nhd", dtype=np.float32):
+        return razorkv.PagedKV([self.pool(k, layout, dtype) for k in self.keys],
+                               [self.pool(v, layout, dtype) for v in self.values], self.table,
+                               self.n, layout=layout)
+
+    def test_decode_and_prefill_read_the_sequence_in_its_pages(self):
+        full = razorkv.compress(razorkv.Policy.full(), self.keys, self.values,
+                                budget_entries=self.n, num_query_heads=4)
+        q = rng.standard_normal((4, self.dim)).astype(np.float32)
+        chunk = rng.standard_normal((5, 4, self.dim)).astype(np.float32)
+        for layout in ("nhd", "hnd"):
+            paged = self.paged(layout)
+            self.assertEqual((paged.shape, paged.dtype, paged.num_tokens, paged.page_size),
+                             ((2, 2, 16), "float32", self.n, self.page_size))
+            for layer in range(self.layers):
+                expected = [softmax_attention(q[h], self.keys[layer][:, h // 2],
+                                              self.values[layer][:, h // 2]) for h in range(4)]
+                np.testing.assert_allclose(paged.decode(layer, q), expected, rtol=2e-5,
+                                           atol=2e-6, err_msg=layout)
+                np.testing.assert_allclose(paged.prefill(layer, chunk), full.prefill(layer, chunk),
+                                           rtol=2e-5, atol=2e-6, err_msg=layout)
+
+    def test_a_razor_cache_compressed_from_pages_is_the_one_from_arrays_bit_for_bit(self):
+        for dtype, name in ((np.float32, "float32"), (np.float16, "float16")):
+            from_arrays = razorkv.RazorCache(self.plan, name, self.config)
+            for layout in ("nhd", "hnd"):
+                paged = self.paged(layout, dtype)
+                from_pages = razorkv.RazorCache(self.plan, name, self.config)
+                for layer in range(self.layers):
+                    if layout == "nhd":
+                        from_arrays.compress_layer(layer, self.keys[layer].astype(dtype),
+                                                   self.values[layer].astype(dtype))
+                    from_pages.compress_layer(layer, paged)
+                self.assertEqual(from_pages.save_state(), from_arrays.save_state(), (name, layout))
+
+    def test_one_kv_tensor_is_read_in_place_as_it_is_at_each_call(self):
+        # K and V of a layer in one [2, pages, page_size, kv heads, dim] tensor, as vLLM keeps
+        # them: each pool is a strided slice of it.
+        kv = np.stack([self.pool(self.keys[0]), self.pool(self.values[0])])
+        paged = razorkv.PagedKV([kv[0]], [kv[1]], self.table, self.n)
+        q = rng.standard_normal((4, self.dim)).astype(np.float32)
+        before = paged.decode(0, q)
+        kv[1, self.table[0], 0] += 1.0  # token 0's values, written by the engine after the view
+        values = self.values[0].copy()
+        values[0] += 1.0
+        expected = [softmax_attention(q[h], self.keys[0][:, h // 2], values[:, h // 2])
+                    for h in range(4)]
+        after = paged.decode(0, q)
+        self.assertGreater(np.abs(after - before).max(), 1e-3)
+        np.testing.assert_allclose(after, expected, rtol=2e-5, atol=2e-6)
+
+    def test_the_view_keeps_its_arrays_alive(self):
+        keys = [self.pool(k) for k in self.keys]
+        values = [self.pool(v) for v in self.values]
+        watched = [weakref.ref(keys[0]), weakref.ref(values[1])]
+        paged = razorkv.PagedKV(keys, values, list(self.table), self.n)  # the table is copied
+        del keys, values
+        gc.collect()
+        self.assertTrue(all(ref() is not None for ref in watched))
+        q = rng.standard_normal((4, self.dim)).astype(np.float32)
+        expected = [softmax_attention(q[h], self.keys[1][:, h // 2], self.values[1][:, h // 2])
+                    for h in range(4)]
+        np.testing.assert_allclose(paged.decode(1, q), expected, rtol=2e-5, atol=2e-6)
+        del paged
+        gc.collect()
+        self.assertTrue(all(ref() is None for ref in watched))
+
+    def test_bad_input_names_the_value(self):
+        keys = [self.pool(k) for k in self.keys]
+        values = [self.pool(v) for v in self.values]
+
+        def paged(table=self.table, n=self.n, k=keys, v=values, layout="nhd"):
+            return razorkv.PagedKV(k, v, table, n, layout=layout)
+
+        cases = [
+            ({"table": [6, 2, 9, 0, 10]}, r"page_table\[4\] \(10\) outside \[0, 10\)"),
+            ({"table": [6, 2**40, 9, 0, 4]},
+             r"page_table\[1\] \(1099511627776\) is not a page index"),
+            ({"table": [6, -1, 9, 0, 4]}, r"page_table\[1\] \(-1\) is not a page index"),
+            ({"table": np.zeros(5)}, r"page_table must hold integers, holds float64"),
+            ({"n": 45}, r"table_pages \(5\) != the 6 pages of 8 tokens that num_tokens \(45\)"),
+            ({"layout": "nchw"}, r"layout \('nchw'\) must be 'nhd' or 'hnd'"),
+            ({"k": [keys[0][0], keys[1]]}, r"key_pools\[0\] must have 4 dimensions"),
+            ({"k": [keys[0], keys[1][..., ::2]]},
+             r"key_pools\[1\]: the last axis \(head_dim\) must be contiguous, has stride 2"),
+            ({"v": [values[0].astype(np.float16), values[1]]},
+             r"value_pools\[0\] is float16, key_pools\[0\] float32"),
+            ({"v": values[:1]}, r"2 key pools and 1 value pools"),
+            ({"v": [values[0][:, :4], values[1]]},
+             r"value_pools\[0\] has pages of 4 tokens x 2 kv heads x 16"),
+        ]
+        for arguments, message in cases:
+            with self.assertRaisesRegex(razorkv.Error, message):
+                paged(**arguments)
+        view = paged()
+        with self.assertRaisesRegex(razorkv.Error, "layer"):
+            view.decode(2, np.zeros((4, self.dim), np.float32))
+        cache = razorkv.RazorCache(self.plan, "float16", self.config)
+        with self.assertRaisesRegex(razorkv.Error,
+                                    "the pages hold float32, this cache stores float16"):
+            cache.compress_layer(0, view)
+        with self.assertRaisesRegex(razorkv.Error, "a PagedKV holds the values too"):
+            cache.compress_layer(0, view, values[0])
+        with self.assertRaisesRegex(razorkv.Error, "values are missing"):
+            cache.compress_layer(0, self.keys[0].astype(np.float16))
+        self.assertEqual(cache.kv_bytes(), 0)
+
+    @unittest.skipIf(torch is None, "PyTorch is not installed")
+    def test_bfloat16_tensor_pools_are_read_in_place(self):
+        kv = torch.from_numpy(np.stack([self.pool(self.keys[0]), self.pool(self.values[0])]))
+        kv = kv.to(torch.bfloat16)
+        plan = razorkv.HeadPlan((1, 4, self.kv_heads, self.dim))
+        from_pages = razorkv.RazorCache(plan, "bfloat16", self.config)
+        from_pages.compress_layer(0, razorkv.PagedKV([kv[0]], [kv[1]],
+                                                     torch.from_numpy(self.table), self.n))
+        from_arrays = razorkv.RazorCache(plan, "bfloat16", self.config)
+        gathered = [torch.cat([kv[i, p] for p in self.table])[:self.n] for i in range(2)]
+        from_arrays.compress_layer(0, gathered[0], gathered[1])
+        self.assertEqual(from_pages.save_state(), from_arrays.save_state())
 
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
