@@ -32,6 +32,14 @@
 #else
 #define RAZORKV_DETAIL_RUNTIME_F16C 0
 #endif
+// AArch64: NEON and its half-to-float conversion (FCVTL) are in every ARMv8-A core, so a build
+// with default flags widens half rows in registers.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && defined(__ARM_NEON)
+#define RAZORKV_DETAIL_NEON 1
+#include <arm_neon.h>
+#else
+#define RAZORKV_DETAIL_NEON 0
+#endif
 
 // The vector instruction set this translation unit is compiled for. Everything whose code depends
 // on it (this header, the decode kernels) lives in an inline namespace named after it, so that
@@ -204,6 +212,11 @@ inline void widen_row(const T* RAZORKV_RESTRICT src, float* RAZORKV_RESTRICT dst
     }
 #elif RAZORKV_DETAIL_RUNTIME_F16C
     if (cpu_has_f16c()) i = widen_half_f16c(src, dst, n);
+#elif RAZORKV_DETAIL_NEON
+    for (; i + 4 <= n; i += 4) {
+      const uint16x4_t h = vld1_u16(reinterpret_cast<const std::uint16_t*>(src + i));
+      vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(h)));
+    }
 #endif
     for (; i < n; ++i) {
       std::uint16_t bits;
@@ -334,9 +347,10 @@ inline simd_t<Acc> simd_in_register(simd_t<Acc> v) noexcept {
   return v;
 }
 
-// Whether half rows widen in registers (AVX-512F, or F16C with 256-bit vectors); without the
-// instructions they go through a float scratch buffer (widen_row's portable path).
-#if defined(__AVX512F__) || (defined(__F16C__) && defined(__AVX__) && !defined(__AVX512F__))
+// Whether half rows widen in registers (AVX-512F, F16C with 256-bit vectors, or AArch64's NEON);
+// without the instructions they go through a float scratch buffer (widen_row's portable path).
+#if defined(__AVX512F__) || (defined(__F16C__) && defined(__AVX__) && !defined(__AVX512F__)) || \
+    RAZORKV_DETAIL_NEON
 inline constexpr bool kHalfInRegisters = true;
 #else
 inline constexpr bool kHalfInRegisters = false;
@@ -352,13 +366,17 @@ inline simd_t<Acc> simd_load_as(const S* p) noexcept {
     return simd_load(p);
   } else if constexpr (std::is_same_v<S, Eigen::half>) {
     static_assert(kHalfInRegisters && std::is_same_v<Acc, float>,
-                  "razorkv: simd_load_as widens half to float only with AVX-512F or F16C");
+                  "razorkv: simd_load_as widens half to float only with AVX-512F, F16C or NEON");
     simd_t<float> out;
 #if defined(__AVX512F__)
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     std::memcpy(&out, &wide, sizeof(out));
 #elif defined(__F16C__) && defined(__AVX__)
     const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&out, &wide, sizeof(out));
+#elif RAZORKV_DETAIL_NEON
+    const uint16x4_t bits = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
+    const float32x4_t wide = vcvt_f32_f16(vreinterpret_f16_u16(bits));
     std::memcpy(&out, &wide, sizeof(out));
 #else
     (void)p;
@@ -439,7 +457,7 @@ inline constexpr bool kWidensToDoubleInRegisters =
 template <class S>
 inline simd_t<double> simd_load_as_double(const S* p) noexcept {
   static_assert(kWidensToDoubleInRegisters<S>,
-                "razorkv: simd_load_as_double widens half only with AVX-512F or F16C");
+                "razorkv: simd_load_as_double widens half only with AVX-512F, F16C or NEON");
   if constexpr (std::is_same_v<S, double>) {
     return simd_load(p);
   } else {
@@ -479,8 +497,19 @@ inline simd_t<double> simd_load_as_double(const S* p) noexcept {
     simd_float_for_double_t wide;
     if constexpr (std::is_same_v<S, float>) {
       std::memcpy(&wide, p, sizeof(wide));
+    } else if constexpr (std::is_same_v<S, Eigen::half>) {
+      static_assert(RAZORKV_DETAIL_NEON && sizeof(S) == 2, "razorkv: half needs F16C or NEON here");
+#if RAZORKV_DETAIL_NEON
+      // The two halves of one double vector, widened in the low lanes of a 4-lane conversion.
+      std::uint32_t pair;
+      std::memcpy(&pair, p, sizeof(pair));
+      const float32x2_t two = vget_low_f32(vcvt_f32_f16(vreinterpret_f16_u32(vdup_n_u32(pair))));
+      static_assert(sizeof(two) == sizeof(wide), "razorkv: one double vector's lanes");
+      std::memcpy(&wide, &two, sizeof(wide));
+#endif
     } else {
-      static_assert(std::is_same_v<S, Eigen::bfloat16>, "razorkv: half needs F16C here");
+      static_assert(std::is_same_v<S, Eigen::bfloat16>,
+                    "razorkv: simd_load_as_double widens float, half and bfloat16");
       simd_bf16_for_double_t bits;
       std::memcpy(&bits, p, sizeof(bits));
       const simd_u32_for_double_t shifted = __builtin_convertvector(bits, simd_u32_for_double_t)
