@@ -10,7 +10,7 @@
 #     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
 #  4. every libFuzzer target from its seed corpus, RAZORKV_FUZZ_SECONDS (default 10) each;
-#  5. aarch64 (NEON), cross-compiled with GCC: the SIMD, decode and column-sum tests under
+#  5. aarch64 (NEON), cross-compiled with GCC: the SIMD, decode, prefill and column-sum tests under
 #     qemu-user.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 

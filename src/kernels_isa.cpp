@@ -1,6 +1,6 @@
-// src/kernels_isa.cpp: every kernel (decode's and compression's column sums), compiled once per
-// ISA by razorkv::kernels (with -mavx512f..., -mavx2... or the baseline flags), exported under a
-// name that carries the ISA.
+// src/kernels_isa.cpp: every kernel (decode's, prefill's tile and compression's column sums),
+// compiled once per ISA by razorkv::kernels (with -mavx512f..., -mavx2... or the baseline flags),
+// exported under a name that carries the ISA.
 #include "razorkv/detail/decode_kernels.hpp"
 
 #define RAZORKV_DETAIL_CONCAT_(a, b) a##b

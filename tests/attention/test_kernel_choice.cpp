@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <razorkv/attention/decode.hpp>
+#include <razorkv/attention/prefill.hpp>
 #include <razorkv/cache/dense_cache.hpp>
 
 #include <cstdlib>
@@ -56,7 +57,7 @@ TEST(RazorkvDecodeKernels, RunTheRequestedInstructionSet) {
 #endif
 }
 
-// Run by ctest with RAZORKV_KERNEL_ISA=avx9 (razorkv_kernels_unknown_isa): decode and
+// Run by ctest with RAZORKV_KERNEL_ISA=avx9 (razorkv_kernels_unknown_isa): decode, prefill and
 // kernel_isa() name the variable, the value and the sets there are.
 TEST(RazorkvDecodeKernels, UnknownKernelSetIsANamedError) {
   const char* wanted = std::getenv("RAZORKV_KERNEL_ISA");
@@ -75,6 +76,11 @@ TEST(RazorkvDecodeKernels, UnknownKernelSetIsANamedError) {
                                 matrix_view<float>(out.data(), 1, 8)),
       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
   EXPECT_EQ(out, std::vector<float>(8, -1.0f));  // nothing written
+  RAZORKV_EXPECT_ERROR(razorkv::prefill_attention(
+                           cache, 0, razorkv::layer_view<const float>::nhd(row.data(), 1, 1, 8),
+                           razorkv::layer_view<float>::nhd(out.data(), 1, 1, 8)),
+                       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
+  EXPECT_EQ(out, std::vector<float>(8, -1.0f));
 }
 
 }  // namespace

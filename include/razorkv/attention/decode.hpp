@@ -144,13 +144,13 @@ void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, lay
 
 }  // namespace detail
 
-/// The instruction set razorkv's kernels (decode's, and compression's column sums) run with:
-/// "avx512", "avx2", "sse2" (x86-64), "neon", ... Header-only, that of the flags the calling
-/// translation unit is compiled with. Linked with razorkv::kernels on x86-64, the best one the
-/// CPU runs, chosen at the first call ("avx512_zen" on an AMD CPU with AVX-512: the same
+/// The instruction set razorkv's kernels (decode's, prefill's tile and compression's column sums)
+/// run with: "avx512", "avx2", "sse2" (x86-64), "neon", ... Header-only, that of the flags the
+/// calling translation unit is compiled with. Linked with razorkv::kernels on x86-64, the best one
+/// the CPU runs, chosen at the first call ("avx512_zen" on an AMD CPU with AVX-512: the same
 /// instructions, compiled with AMD Zen's tuning); the environment variable RAZORKV_KERNEL_ISA names
 /// another (to compare them), and a name the build lacks or the CPU cannot run is an error, here
-/// and from the first decode or compression.
+/// and from the first decode, prefill or compression.
 inline const char* kernel_isa() { return detail::decode_kernels().isa; }
 
 /// Decode attention with a few new queries per query head, causal among themselves: the

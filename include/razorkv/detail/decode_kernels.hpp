@@ -17,6 +17,7 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/column_sum_kernels.hpp"
 #include "razorkv/detail/dispatch.hpp"
+#include "razorkv/detail/prefill_kernels.hpp"
 #include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
 
@@ -652,10 +653,12 @@ const kernel_set& compiled_kernels() noexcept {
   static constexpr kernel_set kernels = {
       RAZORKV_DETAIL_ISA_NAME,
       kHalfInRegisters,
-      {make_attend_head_table<float>(), &column_sums<float>},
-      {make_attend_head_table<double>(), &column_sums<double>},
-      {make_attend_head_table<Eigen::half>(), &column_sums<Eigen::half>},
-      {make_attend_head_table<Eigen::bfloat16>(), &column_sums<Eigen::bfloat16>}};
+      {make_attend_head_table<float>(), &column_sums<float>, &prefill_tile<float>},
+      {make_attend_head_table<double>(), &column_sums<double>, &prefill_tile<double>},
+      {make_attend_head_table<Eigen::half>(), &column_sums<Eigen::half>,
+       &prefill_tile<Eigen::half>},
+      {make_attend_head_table<Eigen::bfloat16>(), &column_sums<Eigen::bfloat16>,
+       &prefill_tile<Eigen::bfloat16>}};
   return kernels;
 }
 

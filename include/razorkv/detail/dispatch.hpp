@@ -1,6 +1,6 @@
 // razorkv/detail/dispatch.hpp: the kernels of one ISA as a table (decode's, by pass width and
-// head dim, and compression's column sums), through which razorkv calls a kernel whether it was
-// compiled here or picked at run time.
+// head dim, compression's column sums and prefill's tile), through which razorkv calls a kernel
+// whether it was compiled here or picked at run time.
 #pragma once
 
 #include <type_traits>
@@ -60,11 +60,19 @@ template <class T>
 using column_sums_fn = void (*)(const T* rows, index_t count, index_t stride, index_t dim,
                                 double* sums) noexcept;
 
+/// prefill_tile's signature (prefill_kernels.hpp): `rows` query vectors of one kv head over its
+/// spans, in a scratch of prefill_scratch_elements(dim) elements, the output normalised in `out`.
+template <class T>
+using prefill_tile_fn = void (*)(const kv_span<T>* spans, index_t num_spans, index_t dim,
+                                 const accum_t<T>* queries, index_t rows, const index_t* visible,
+                                 accum_t<T>* scratch, accum_t<T>* out) noexcept;
+
 /// The kernels of one storage dtype.
 template <class T>
 struct dtype_kernels {
   attend_head_table<T> attend_head;  // decode
   column_sums_fn<T> column_sums;     // the compensation token of compression
+  prefill_tile_fn<T> prefill_tile;   // prefill attention, a tile of queries at a time
 };
 
 /// Every kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
