@@ -68,7 +68,7 @@ void run_prefill(const decode_work<T, TO>& work, index_t head_dim,
 /// Query vectors per kv head (tokens x GQA group) up to which prefill_attention runs the decode
 /// kernel: the tiles vectorise across queries, 8 to 32 at a time, and below that they compute
 /// mostly padding. Measured on Zen 5 with AVX-512 (1,024 cached tokens, 8 kv heads, dim 128, 2
-/// threads): at 16 vectors per head decode took 0.7x the tile's time, at 32 the tile 0.6-0.9x
+/// threads): at 16 vectors per head decode took 0.7x the tile's time, at 32 the tile 0.8x
 /// decode's.
 inline constexpr index_t kPrefillDecodeVectors = 16;
 

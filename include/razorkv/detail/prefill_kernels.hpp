@@ -189,8 +189,8 @@ inline void prefill_widen(const T* RAZORKV_RESTRICT src, Acc* RAZORKV_RESTRICT d
 /// weights broadcast, the values packed in panels). Query i reads the first visible[i] entries of
 /// the head (the concatenation of its spans); visible is non-decreasing, so the queries that see
 /// nothing of a block are a prefix of the tile and are left out of its products (the causal half
-/// of a chunk costs nothing). The products add in a fixed order, the same for every ISA's tile
-/// shape but for the vector width.
+/// of a chunk costs nothing). Padding (queries past `rows`, columns past `dim`, entries past the
+/// block's last in a register tile) is computed and never read.
 ///
 /// \param spans   [num_spans] the head's spans, validated by the caller
 /// \param queries [rows, dim] queries already multiplied by the softmax scale, rows <= 64
