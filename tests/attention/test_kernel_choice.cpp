@@ -76,11 +76,18 @@ TEST(RazorkvDecodeKernels, UnknownKernelSetIsANamedError) {
                                 matrix_view<float>(out.data(), 1, 8)),
       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
   EXPECT_EQ(out, std::vector<float>(8, -1.0f));  // nothing written
-  RAZORKV_EXPECT_ERROR(razorkv::prefill_attention(
-                           cache, 0, razorkv::layer_view<const float>::nhd(row.data(), 1, 1, 8),
-                           razorkv::layer_view<float>::nhd(out.data(), 1, 1, 8)),
-                       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
-  EXPECT_EQ(out, std::vector<float>(8, -1.0f));
+  // Prefill, with a chunk long enough for its own tile rather than the decode kernel.
+  constexpr razorkv::index_t kChunk = razorkv::kPrefillDecodeVectors + 1;
+  const std::vector<float> chunk(8 * kChunk, 1.0f);
+  cache.append(0, razorkv::layer_view<const float>::nhd(chunk.data(), kChunk, 1, 8),
+               razorkv::layer_view<const float>::nhd(chunk.data(), kChunk, 1, 8));
+  std::vector<float> chunk_out(chunk.size(), -1.0f);
+  RAZORKV_EXPECT_ERROR(
+      razorkv::prefill_attention(cache, 0,
+                                 razorkv::layer_view<const float>::nhd(chunk.data(), kChunk, 1, 8),
+                                 razorkv::layer_view<float>::nhd(chunk_out.data(), kChunk, 1, 8)),
+      kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
+  EXPECT_EQ(chunk_out, std::vector<float>(chunk.size(), -1.0f));
 }
 
 }  // namespace

@@ -42,7 +42,9 @@ void run_prefill(const decode_work<T, TO>& work, index_t head_dim,
 
   const prefill_tile_fn<T> kernel = decode_kernels().of<T>().prefill_tile;  // may throw
   using Acc = accum_t<T>;
-  const index_t scratch_size = prefill_scratch_elements(head_dim) + kPrefillQueryRows * head_dim;
+  // The kernel's scratch, then the tile's output.
+  const index_t kernel_scratch = prefill_scratch_elements(head_dim);
+  const index_t scratch_size = kernel_scratch + kPrefillQueryRows * head_dim;
   run_parallel(parallel_for, static_cast<index_t>(tiles.size()), [&](index_t i) {
     const tile& task = tiles[static_cast<std::size_t>(i)];
     const std::size_t h = static_cast<std::size_t>(task.kv_head);
@@ -51,7 +53,7 @@ void run_prefill(const decode_work<T, TO>& work, index_t head_dim,
     // Uninitialised: the kernel writes what it reads. A tile is ~1e7 multiply-adds and more, so
     // one allocation per tile does not show (measured: allocation and page faults under 0.2%).
     const std::unique_ptr<Acc[]> scratch(new Acc[static_cast<std::size_t>(scratch_size)]);
-    Acc* const tile_out = scratch.get() + prefill_scratch_elements(head_dim);
+    Acc* const tile_out = scratch.get() + kernel_scratch;
     kernel(work.spans.data() + work.first_span[h], work.first_span[h + 1] - work.first_span[h],
            head_dim, work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim,
            task.rows, visible, scratch.get(), tile_out);
