@@ -69,19 +69,6 @@ inline void from_split_columns(Acc* RAZORKV_RESTRICT block, index_t rows, index_
   }
 }
 
-// Whether load_row_vectors pins a row vector that several queries read to a register (see
-// there). Not on AVX-512, where it is untimed: GCC's -mtune=znver3 folds the loads there as well
-// (126 of attend_head<float, 4, 128>'s 144 multiply-adds read memory; 32 when pinned, 29 with
-// the default tuning), but the Zen 4 set's 1.34x over the default-tuned one on cold float GQA 4
-// (docs/benchmarks.md) was measured with the folded loads, and no AVX-512 CPU was at hand to time
-// the pinned code.
-inline constexpr bool kPinSharedRows =
-#if defined(__AVX512F__)
-    false;
-#else
-    true;
-#endif
-
 // kCount vectors of a stored row's columns from `row` on, as the kernels hold columns: in order,
 // or in split order (`row` then starts a chunk of 2 * kW columns, and kCount is even). kReaders
 // queries read each vector.
@@ -100,12 +87,16 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_load_as<Acc>(row + j * kW);
   }
   // A plain load that the queries of a GQA group share is pinned to a register, so that it is
-  // loaded once, not once per query (see simd_in_register): on Zen 2, -march=native's float GQA 4
-  // decode then ran 1.07x faster, as fast as the default tuning's. Pinning more measured slower
-  // there, from the registers it ties up: the queries as well, bfloat16 GQA 4 1.2x and half GQA 8
-  // 1.07x (1.3x at bfloat16 GQA 4 with the widened 16-bit rows too); MHA's rows, read once,
-  // 1.03-1.05x.
-  if constexpr (kPinSharedRows && kReaders > 1 && std::is_same_v<S, Acc>) {
+  // loaded once, not once per query (see simd_in_register). GCC tuned for Zen folds a load into
+  // every multiply-add that reads it: the value sums of float GQA 4 then load each value vector
+  // four times, and wait on the load ports. Pinned, on Zen 2 (AVX2) -march=native's float GQA 4
+  // decode ran 1.07x faster, as fast as the default tuning's; on Zen 5 (AVX-512, GCC 12's znver3
+  // tuning) its value sums took 0.44x the time with the rows in L2, the whole decode 0.79x in
+  // cache (one thread), and cold it was unchanged (1.00-1.03x, 16 rounds taking turns, with the
+  // read bandwidth at 26 GB/s). Pinning more measured slower on Zen 2, from the registers it ties
+  // up: the queries as well, bfloat16 GQA 4 1.2x and half GQA 8 1.07x (1.3x at bfloat16 GQA 4
+  // with the widened 16-bit rows too); MHA's rows, read once, 1.03-1.05x.
+  if constexpr (kReaders > 1 && std::is_same_v<S, Acc>) {
     RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_in_register<Acc>(vectors[j]);
   }

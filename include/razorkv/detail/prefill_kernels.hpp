@@ -17,6 +17,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/simd.hpp"
+#include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
@@ -210,7 +211,7 @@ void prefill_tile(const kv_span<T>* spans, index_t num_spans, index_t dim,
   const index_t padded_rows = (rows + kPanel - 1) / kPanel * kPanel;
   const index_t out_stride = (dim + kPanel - 1) / kPanel * kPanel;
 
-  // The scratch, in the order prefill_scratch_elements counts it.
+  // The scratch, in the order prefill_scratch_elements counts it (checked below in debug builds).
   Acc* const query_panels = scratch;  // [padded_rows / kPanel][dim][kPanel]
   Acc* const widened_keys = query_panels + kPrefillQueryRows * dim;  // [count][dim]
   Acc* const value_panels =
@@ -220,6 +221,7 @@ void prefill_tile(const kv_span<T>* spans, index_t num_spans, index_t dim,
   Acc* const max = tile_out + (kPrefillQueryRows + kPrefillMaxTileRows) * (dim + kPrefillMaxPanel);
   Acc* const denominator = max + kS;
   Acc* const readable = denominator + kS;
+  RAZORKV_DASSERT(readable + kS == scratch + prefill_scratch_elements(dim));
 
   for (index_t p = 0; p < padded_rows / kPanel; ++p) {
     for (index_t k = 0; k < dim; ++k) {
