@@ -287,7 +287,8 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
 }
 
 // How attend_head feeds the memory system, by storage dtype and queries per pass; chosen by
-// measurement on Zen 4 (32K tokens x 8 kv heads, one thread, cold K/V, 2 runs of each variant).
+// measurement on Zen 4 (32K tokens x 8 kv heads, one thread, cold K/V, 2 runs of each variant),
+// and where said on Zen 5.
 //
 // kStepRows: rows of one stream (a block's keys, the previous block's values) read before
 // switching to the other. Interleaving them finely keeps both streams in flight, which helps
@@ -298,15 +299,20 @@ template <class T, int kQ>
 inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kBlockRows;
 // kPrefetchRows: software prefetch look-ahead of the keys, in rows; 0 leaves them to the hardware
 // prefetchers. For float one row ahead beat none (up to 1.5x at GQA 8) and 16-64 rows ahead (by
-// 5-20%); for 16-bit rows no prefetch beat every distance, by up to 1.35x at GQA 1 and 4.
-template <class T>
-inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 ? 1 : 0;
+// 5-20%). For 16-bit rows no prefetch beat every distance on Zen 4, by up to 1.35x at GQA 1 and
+// 4, when they were widened through a scratch buffer; widened in registers, on Zen 5, keys one
+// row ahead made 16-bit GQA 8 0.72-0.83x the time cold (32K and 128K tokens, 2 threads, 6 rounds
+// taking turns), GQA 4 0.92-1.08x and MHA 1.01-1.06x, so MHA's keys stay with the hardware.
+template <class T, int kQ>
+inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 || kQ >= 4 ? 1 : 0;
 // kPrefetchValues: whether scoring a row also prefetches its value row (read one block later),
 // so that the values arrive during arithmetic. It pays where the arithmetic dominates: float GQA
-// 8 read 1.3x faster with it; float MHA and GQA 4 1.1-1.3x slower, the prefetches then only
-// crowding the keys' stream.
+// 8 read 1.3x faster with it on Zen 4, and 16-bit GQA 4 on Zen 5 (0.79-0.88x the time cold, the
+// same runs as above; GQA 8 0.71-0.78x, with the keys'). Float GQA 4 went either way: 1.1-1.3x
+// slower on Zen 4, the prefetches then only crowding the keys' stream, 0.90-0.93x on Zen 5, so it
+// keeps the Zen 4 choice.
 template <class T, int kQ>
-inline constexpr bool kPrefetchValues = kPrefetchRows<T> > 0 && kQ >= 8;
+inline constexpr bool kPrefetchValues = kPrefetchRows<T, kQ> > 0 && kQ >= (sizeof(T) == 2 ? 4 : 8);
 
 // kValueSweepRows: rows per accumulate_values call, each block of value columns summed down all of
 // them before the next block. With 32-byte vectors a GQA 4 block is 2 vectors (4 x 2 accumulators
@@ -512,10 +518,10 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       Acc* scores = block_weights + (at + sub) * kQ;
       index_t r = 0;
       for (; r + kRows <= sub_rows; r += kRows) {
-        if constexpr (kPrefetchRows < T >> 0)
-          prefetch_rows(span.keys, first + sub + r + kPrefetchRows<T>, kRows);
+        constexpr index_t kAhead = kPrefetchRows<T, kQ>;
+        if constexpr (kAhead > 0) prefetch_rows(span.keys, first + sub + r + kAhead, kRows);
         if constexpr (kPrefetchValues<T, kQ>)
-          prefetch_rows(span.values, first + sub + r + kPrefetchRows<T>, kRows);
+          prefetch_rows(span.values, first + sub + r + kAhead, kRows);
         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim, kSplit>(
             kernel_queries, keys + r * key_stride, key_stride, dim, scores + r * kQ);
       }
