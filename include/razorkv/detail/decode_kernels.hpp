@@ -301,14 +301,15 @@ inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kB
 // prefetchers. For float one row ahead beat none (up to 1.5x at GQA 8) and 16-64 rows ahead (by
 // 5-20%). For 16-bit rows no prefetch beat every distance on Zen 4, by up to 1.35x at GQA 1 and
 // 4, when they were widened through a scratch buffer; widened in registers, on Zen 5, keys one
-// row ahead made 16-bit GQA 8 0.72-0.83x the time cold (32K and 128K tokens, 2 threads, 6 rounds
-// taking turns), GQA 4 0.92-1.08x and MHA 1.01-1.06x, so MHA's keys stay with the hardware.
+// row ahead made 16-bit GQA 8 0.71-0.83x the time cold (32K and 128K tokens, 2 threads, 6 rounds
+// taking turns, two runs), GQA 4 0.90-1.08x and MHA 1.02-1.06x, so MHA's keys stay with the
+// hardware.
 template <class T, int kQ>
 inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 || kQ >= 4 ? 1 : 0;
 // kPrefetchValues: whether scoring a row also prefetches its value row (read one block later),
 // so that the values arrive during arithmetic. It pays where the arithmetic dominates: float GQA
-// 8 read 1.3x faster with it on Zen 4, and 16-bit GQA 4 on Zen 5 (0.79-0.88x the time cold, the
-// same runs as above; GQA 8 0.71-0.78x, with the keys'). Float GQA 4 went either way: 1.1-1.3x
+// 8 read 1.3x faster with it on Zen 4, and 16-bit GQA 4 on Zen 5 (0.70-0.88x the time cold, the
+// same runs as above; GQA 8 0.70-0.81x, with the keys'). Float GQA 4 went either way: 1.1-1.3x
 // slower on Zen 4, the prefetches then only crowding the keys' stream, 0.90-0.93x on Zen 5, so it
 // keeps the Zen 4 choice.
 template <class T, int kQ>
