@@ -303,9 +303,10 @@ inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kB
 // 4, when they were widened through a scratch buffer; widened in registers, on Zen 5, keys one
 // row ahead made 16-bit GQA 8 0.71-0.83x the time cold (32K and 128K tokens, 2 threads, 6 rounds
 // taking turns, two runs), GQA 4 0.90-1.08x and MHA 1.02-1.06x, so MHA's keys stay with the
-// hardware.
+// hardware, as do rows still widened through the scratch (half without F16C).
 template <class T, int kQ>
-inline constexpr index_t kPrefetchRows = sizeof(T) >= 4 || kQ >= 4 ? 1 : 0;
+inline constexpr index_t kPrefetchRows =  // one row ahead, or none
+    static_cast<index_t>(sizeof(T) >= 4 || (kQ >= 4 && std::is_same_v<kernel_row_t<T>, T>));
 // kPrefetchValues: whether scoring a row also prefetches its value row (read one block later),
 // so that the values arrive during arithmetic. It pays where the arithmetic dominates: float GQA
 // 8 read 1.3x faster with it on Zen 4, and 16-bit GQA 4 on Zen 5 (0.70-0.88x the time cold, the
