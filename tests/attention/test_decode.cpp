@@ -1,17 +1,15 @@
 // Tests of decode attention against the double-precision reference: awkward sizes, head dims,
 // GQA groups, random span splits with padded rows, log-weighted spans, huge logits, causal
-// multi-query decode, aliasing, and the caller's parallel-for hook.
+// multi-query decode and aliasing (the caller's parallel-for hook: test_decode_threads.cpp).
 #include <gtest/gtest.h>
 
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/attention/reference.hpp>
 #include <razorkv/cache/dense_cache.hpp>
 
-#include <atomic>
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "support/random_heads.hpp"
@@ -244,43 +242,6 @@ TEST(RazorkvDecode, StridedQueriesAndOutputInPlace) {
       matrix_view<Eigen::half>(half_out.data(), query_heads, dim));
   EXPECT_LE(razorkv_test::max_abs_diff(half_out, expected),
             2e-3 * std::fmax(1.0, razorkv_test::max_abs(expected)));
-}
-
-TEST(RazorkvDecode, CallersParallelForRunsEveryTaskOnce) {
-  std::mt19937_64 rng(5);
-  const index_t kv_heads = 8, group = 4, dim = 64, tokens = 500, query_heads = kv_heads * group;
-  const auto data = random_heads<float>(kv_heads, tokens, dim, rng);
-  const auto cache = split_at_random(data, tokens, dim, rng);
-  const auto queries =
-      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
-  const auto serial = run_decode(cache, queries, query_heads);
-
-  std::atomic<int> calls{0};
-  razorkv::attention_options options;
-  options.parallel_for = [&](index_t count, const std::function<void(index_t)>& body) {
-    // Two threads of the caller's, taking tasks from both ends.
-    std::vector<std::atomic<int>> seen(static_cast<std::size_t>(count));
-    std::thread low([&] {
-      for (index_t i = 0; i < count; i += 2) {
-        body(i);
-        ++seen[static_cast<std::size_t>(i)];
-      }
-    });
-    std::thread high([&] {
-      for (index_t i = 1; i < count; i += 2) {
-        body(i);
-        ++seen[static_cast<std::size_t>(i)];
-      }
-    });
-    low.join();
-    high.join();
-    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
-    ++calls;
-  };
-  const auto threaded = run_decode(cache, queries, query_heads, options);
-  EXPECT_EQ(calls.load(), 1);
-  EXPECT_EQ(razorkv_test::max_abs_diff(serial, threaded), 0.0)
-      << "the result must not depend on scheduling";
 }
 
 TEST(RazorkvDecode, ExplicitScaleIsUsed) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #endif
 
 #include "support/expect_error.hpp"
+#include "support/random_heads.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -108,6 +110,46 @@ TEST(ThreadedDecode, ThisBinaryFansOutAsBuilt) {
 #else
   SUCCEED() << "serial build: the default fan-out is a plain loop";
 #endif
+}
+
+// The caller's parallel_for, on two threads of its own taking tasks from both ends: each task
+// runs exactly once, and the result is the plain loop's bit for bit.
+TEST(ThreadedDecode, CallersParallelForRunsEveryTaskOnce) {
+  std::mt19937_64 rng(5);
+  const index_t kv_heads = 8, group = 4, dim = 64, tokens = 500, query_heads = kv_heads * group;
+  const auto data = razorkv_test::random_heads<float>(kv_heads, tokens, dim, rng);
+  const auto cache = razorkv_test::split_at_random(data, tokens, dim, rng);
+  const auto queries =
+      razorkv_test::random_values<float>(static_cast<std::size_t>(query_heads * dim), rng);
+  const auto run = [&](const razorkv::parallel_for_fn& fan_out) {
+    std::vector<float> out(queries.size(), std::numeric_limits<float>::quiet_NaN());
+    razorkv::attention_options options;
+    options.parallel_for = fan_out;
+    razorkv::decode_attention(cache, 0,
+                              razorkv::matrix_view<const float>(queries.data(), query_heads, dim),
+                              razorkv::matrix_view<float>(out.data(), query_heads, dim), options);
+    return out;
+  };
+  const std::vector<float> alone = run(serial());
+
+  int calls = 0;
+  const std::vector<float> threaded =
+      run([&](index_t count, const std::function<void(index_t)>& body) {
+        std::vector<std::atomic<int>> seen(static_cast<std::size_t>(count));
+        const auto every_other_from = [&](index_t start) {
+          for (index_t i = start; i < count; i += 2) {
+            body(i);
+            ++seen[static_cast<std::size_t>(i)];
+          }
+        };
+        std::thread low(every_other_from, 0), high(every_other_from, 1);
+        low.join();
+        high.join();
+        for (const std::atomic<int>& s : seen) EXPECT_EQ(s.load(), 1);
+        ++calls;
+      });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(threaded, alone) << "the result must not depend on scheduling";
 }
 
 TEST(ThreadedDecode, SplitAndWholeHeadsOnAPoolEqualSerialBitForBit) {

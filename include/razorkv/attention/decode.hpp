@@ -151,7 +151,7 @@ void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, lay
 /// instructions, compiled with AMD Zen's tuning); the environment variable RAZORKV_KERNEL_ISA names
 /// another (to compare them), and a name the build lacks or the CPU cannot run is an error, here
 /// and from the first decode, prefill or compression.
-inline const char* kernel_isa() { return detail::decode_kernels().isa; }
+inline const char* kernel_isa() { return detail::kernels_isa_name(); }
 
 /// Decode attention with a few new queries per query head, causal among themselves: the
 /// source (a cache, or a read-only source such as paged_kv_view) already holds the keys and

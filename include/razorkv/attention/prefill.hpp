@@ -40,7 +40,7 @@ void run_prefill(const decode_work<T, TO>& work, index_t head_dim,
     return a.kv_head != b.kv_head ? a.kv_head < b.kv_head : a.first < b.first;
   });
 
-  const prefill_tile_fn<T> kernel = decode_kernels().of<T>().prefill_tile;  // may throw
+  const prefill_tile_fn<T> kernel = kernels_for<T>().prefill_tile;  // may throw
   using Acc = accum_t<T>;
   // The kernel's scratch, then the tile's output.
   const index_t kernel_scratch = prefill_scratch_elements(head_dim);

@@ -645,29 +645,45 @@ constexpr attend_head_table<T> make_attend_head_table() noexcept {
   return table;
 }
 
-// A template, so that a translation unit that does not call it (one that links razorkv::kernels)
-// does not instantiate every kernel by naming them.
+// Every kernel of this translation unit's ISA for storage dtype T.
+template <class T>
+constexpr dtype_kernels<T> make_dtype_kernels() noexcept {
+  return {make_attend_head_table<T>(), &column_sums<T>, &prefill_tile<T>,
+          std::is_same_v<kernel_row_t<T>, T>};
+}
+
+// Every kernel of this translation unit's ISA, as razorkv::kernels holds them
+// (src/kernels_isa.cpp). A template, so that a translation unit that does not call it does not
+// instantiate every kernel by naming them.
 template <class Unused = void>
 const kernel_set& compiled_kernels() noexcept {
   static constexpr kernel_set kernels = {
-      RAZORKV_DETAIL_ISA_NAME,
-      kHalfInRegisters,
-      {make_attend_head_table<float>(), &column_sums<float>, &prefill_tile<float>},
-      {make_attend_head_table<double>(), &column_sums<double>, &prefill_tile<double>},
-      {make_attend_head_table<Eigen::half>(), &column_sums<Eigen::half>,
-       &prefill_tile<Eigen::half>},
-      {make_attend_head_table<Eigen::bfloat16>(), &column_sums<Eigen::bfloat16>,
-       &prefill_tile<Eigen::bfloat16>}};
+      RAZORKV_DETAIL_ISA_NAME, make_dtype_kernels<float>(), make_dtype_kernels<double>(),
+      make_dtype_kernels<Eigen::half>(), make_dtype_kernels<Eigen::bfloat16>()};
   return kernels;
 }
 
-/// The kernels decode calls in this translation unit: razorkv::kernels' pick where the build
-/// links it (RAZORKV_SEPARATE_KERNELS, dispatch.hpp), else the ones compiled here.
-inline const kernel_set& decode_kernels() {
+/// The kernels for storage dtype T that decode and prefill call in this translation unit:
+/// razorkv::kernels' pick where the build links it (RAZORKV_SEPARATE_KERNELS, dispatch.hpp), else
+/// T's kernels compiled here. Header-only, a unit compiles the kernels of the dtypes it decodes
+/// and no others: 96 kernels for all four, a quarter of them for one (most of a unit's compile
+/// time, see scripts/compile_time.sh).
+template <class T>
+const dtype_kernels<T>& kernels_for() {
 #if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
-  return dispatched_kernels();
+  return dispatched_kernels().of<T>();
 #else
-  return compiled_kernels();
+  static constexpr dtype_kernels<T> kernels = make_dtype_kernels<T>();
+  return kernels;
+#endif
+}
+
+/// The name of the ISA whose kernels kernels_for() returns.
+inline const char* kernels_isa_name() {
+#if defined(RAZORKV_SEPARATE_KERNELS) && RAZORKV_SEPARATE_KERNELS
+  return dispatched_kernels().isa;
+#else
+  return RAZORKV_DETAIL_ISA_NAME;
 #endif
 }
 

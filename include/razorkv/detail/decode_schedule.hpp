@@ -268,10 +268,9 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
   std::pmr::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot, resource);
   std::pmr::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass), resource);
   std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
-  const kernel_set& chosen = decode_kernels();  // may throw (below: the fan-out)
-  const std::size_t scratch_per_pass = std::is_same_v<T, Eigen::half> && !chosen.half_in_registers
-                                           ? static_cast<std::size_t>(2 * kWidenRows * head_dim)
-                                           : 0;
+  const dtype_kernels<T>& chosen = kernels_for<T>();  // may throw (below: the fan-out)
+  const std::size_t scratch_per_pass =
+      chosen.widens_in_registers ? 0 : static_cast<std::size_t>(2 * kWidenRows * head_dim);
   std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
@@ -283,7 +282,7 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
     }
   };
 
-  const attend_head_table<T>& kernels = chosen.of<T>().attend_head;
+  const attend_head_table<T>& kernels = chosen.attend_head;
   run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
     const pass& task = passes[static_cast<std::size_t>(p)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];

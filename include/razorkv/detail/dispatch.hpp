@@ -73,12 +73,14 @@ struct dtype_kernels {
   attend_head_table<T> attend_head;  // decode
   column_sums_fn<T> column_sums;     // the compensation token of compression
   prefill_tile_fn<T> prefill_tile;   // prefill attention, a tile of queries at a time
+  // Whether attend_head widens rows in registers; else (half without F16C) the scheduler hands
+  // each pass a scratch of 2 * kWidenRows rows to widen them into.
+  bool widens_in_registers;
 };
 
 /// Every kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
 struct kernel_set {
   const char* isa;
-  bool half_in_registers;  // else the scheduler hands each half pass a widening scratch buffer
   dtype_kernels<float> f32;
   dtype_kernels<double> f64;
   dtype_kernels<Eigen::half> f16;
