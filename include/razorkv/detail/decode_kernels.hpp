@@ -649,7 +649,7 @@ constexpr attend_head_table<T> make_attend_head_table() noexcept {
 template <class T>
 constexpr dtype_kernels<T> make_dtype_kernels() noexcept {
   return {make_attend_head_table<T>(), &column_sums<T>, &prefill_tile<T>,
-          std::is_same_v<kernel_row_t<T>, T>};
+          !std::is_same_v<kernel_row_t<T>, T>};
 }
 
 // Every kernel of this translation unit's ISA, as razorkv::kernels holds them

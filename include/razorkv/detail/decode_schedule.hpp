@@ -270,7 +270,7 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
   std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
   const dtype_kernels<T>& chosen = kernels_for<T>();  // may throw (below: the fan-out)
   const std::size_t scratch_per_pass =
-      chosen.widens_in_registers ? 0 : static_cast<std::size_t>(2 * kWidenRows * head_dim);
+      chosen.needs_widening_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0;
   std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,

@@ -73,9 +73,10 @@ struct dtype_kernels {
   attend_head_table<T> attend_head;  // decode
   column_sums_fn<T> column_sums;     // the compensation token of compression
   prefill_tile_fn<T> prefill_tile;   // prefill attention, a tile of queries at a time
-  // Whether attend_head widens rows in registers; else (half without F16C) the scheduler hands
-  // each pass a scratch of 2 * kWidenRows rows to widen them into.
-  bool widens_in_registers;
+  // Whether attend_head widens its rows into a scratch buffer (half where the ISA has no
+  // conversion instruction) rather than reading them where they are: the scheduler then hands
+  // each pass a scratch of 2 * kWidenRows rows.
+  bool needs_widening_scratch;
 };
 
 /// Every kernel compiled for one ISA, and the ISA's name ("avx512", "avx2", "sse2", ...).
