@@ -62,6 +62,7 @@ def summary(reps):
         "ms": statistics.median(r["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
                                 for r in reps),
         "gbs": statistics.median(r.get("bytes_per_second", 0.0) for r in reps) / 1e9,
+        "name": reps[0]["run_name"],
         "gbs_by_round": [r.get("bytes_per_second", 0.0) / 1e9 for r in reps],
         "per_second": statistics.median(r.get("items_per_second", 0.0) for r in reps),
         "label": reps[0].get("label", ""),
@@ -74,6 +75,9 @@ def share_of_read(figure, read):
     """A case's share of the read bandwidth: the median over the rounds of its GB/s over the read
     bandwidth measured in the same round of the same binary (the bandwidth moves between rounds,
     so a ratio of the two medians could pair a fast round's figure with a slow round's bandwidth)."""
+    if len(figure["gbs_by_round"]) != len(read["gbs_by_round"]):
+        sys.exit(f"report.py: {figure['name']} ran in {len(figure['gbs_by_round'])} rounds and "
+                 f"{read['name']} in {len(read['gbs_by_round'])}: a share pairs them round by round")
     return statistics.median(f / r for f, r in zip(figure["gbs_by_round"], read["gbs_by_round"]))
 
 
@@ -223,15 +227,13 @@ def main():
     read_case = {"native": native["BM_MemoryRead_Sum/real_time"]}
     if portable:
         read_case["portable"] = portable["BM_MemoryRead_Sum/real_time"]
-    read = {key: medians["gbs"] for key, medians in read_case.items()}
     threads = os.environ.get("OMP_NUM_THREADS", "all")
 
-    def read_range(medians):
-        rounds = medians["BM_MemoryRead_Sum/real_time"]["gbs_by_round"]
-        return f" ({min(rounds):.1f}-{max(rounds):.1f} over the rounds)"
+    def read_bandwidth(key):
+        rounds = read_case[key]["gbs_by_round"]
+        return f"{key} run {read_case[key]['gbs']:.1f} GB/s ({min(rounds):.1f}-{max(rounds):.1f} over the rounds)"
 
-    print(f"Read bandwidth (BM_MemoryRead_Sum): native run {read['native']:.1f} GB/s{read_range(native)}"
-          + (f", portable run {read['portable']:.1f} GB/s{read_range(portable)}" if portable else "")
+    print("Read bandwidth (BM_MemoryRead_Sum): " + ", ".join(read_bandwidth(key) for key in read_case)
           + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} rounds, the binaries taking turns"
           + " and each round's cases in random order.")
     if portable:
