@@ -13,7 +13,8 @@ rate and the multiply-add peak, BM_FmaPeak). Where razorkv_bench was built with 
 (RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's CPU flash attention on the same K/V.
 
     OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
-        [--warmup-time 0.05]
+        [--warmup-time 0.05] [--save-rounds rounds.json]
+    python3 bench/report.py --from-rounds rounds.json   # the same tables again, running nothing
 """
 import argparse
 import json
@@ -71,14 +72,29 @@ def summary(reps):
     }
 
 
-def share_of_read(figure, read):
-    """A case's share of the read bandwidth: the median over the rounds of its GB/s over the read
-    bandwidth measured in the same round of the same binary (the bandwidth moves between rounds,
-    so a ratio of the two medians could pair a fast round's figure with a slow round's bandwidth)."""
+def shares_by_round(figure, read):
+    """A case's GB/s over the read bandwidth measured in the same round of the same binary, round
+    by round."""
     if len(figure["gbs_by_round"]) != len(read["gbs_by_round"]):
         sys.exit(f"report.py: {figure['name']} ran in {len(figure['gbs_by_round'])} rounds and "
                  f"{read['name']} in {len(read['gbs_by_round'])}: a share pairs them round by round")
-    return statistics.median(f / r for f, r in zip(figure["gbs_by_round"], read["gbs_by_round"]))
+    return [f / r for f, r in zip(figure["gbs_by_round"], read["gbs_by_round"])]
+
+
+def share_of_read(figure, read):
+    """A case's share of the read bandwidth: the median over the rounds of shares_by_round (the
+    bandwidth moves between rounds, so a ratio of the two medians could pair a fast round's figure
+    with a slow round's bandwidth)."""
+    return statistics.median(shares_by_round(figure, read))
+
+
+def ratio_of_shares(figure, read, base, base_read):
+    """figure's speed over base's, each taken as a share of its own binary's read bandwidth in the
+    same round: the median over the rounds. The binaries take turns minutes apart, and between two
+    turns the bandwidth can move by half (22.7-49.8 GB/s within one run on the development VM), so
+    a memory-bound case's plain GB/s ratio measures the machine as much as the build."""
+    pairs = zip(shares_by_round(figure, read), shares_by_round(base, base_read))
+    return statistics.median(f / b for f, b in pairs)
 
 
 def print_table_head(*columns):
@@ -188,8 +204,8 @@ def print_o2(native, at_o2, dtypes, short, group_name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bench_dir", help="the folder holding razorkv_bench (and razorkv_bench_portable "
-                                          "and razorkv_bench_o2, where built)")
+    parser.add_argument("bench_dir", nargs="?", help="the folder holding razorkv_bench (and "
+                        "razorkv_bench_portable and razorkv_bench_o2, where built)")
     parser.add_argument("--repetitions", type=int, default=5,
                         help="rounds: each binary runs every case once per round")
     parser.add_argument("--min-time", default="0.2")
@@ -202,7 +218,19 @@ def main():
     parser.add_argument("--warmup-time", default="0.05",
                         help="seconds each case runs untimed before it is measured")
     parser.add_argument("--filter", default=CASES)
+    parser.add_argument("--save-rounds", metavar="FILE",
+                        help="also write the figures the tables are made of (medians, and each round's GB/s) "
+                             "to FILE (JSON), for --from-rounds")
+    parser.add_argument("--from-rounds", metavar="FILE",
+                        help="print the tables of the rounds saved in FILE; runs nothing")
     args = parser.parse_args()
+    if (args.bench_dir is None) == (args.from_rounds is None):
+        parser.error("give either bench_dir or --from-rounds FILE")
+    if args.from_rounds:
+        with open(args.from_rounds) as f:
+            saved = json.load(f)
+        print_tables(saved["runs"], saved["repetitions"], saved["omp_num_threads"])
+        return
 
     def path(name):
         return os.path.join(args.bench_dir, name)
@@ -217,24 +245,33 @@ def main():
     if os.path.exists(path("razorkv_bench_o2")):
         binaries.append(("o2", path("razorkv_bench_o2"), O2_CASES, {}))
     runs = dict(zip((key for key, *_ in binaries), run_rounds([b[1:] for b in binaries], args)))
+    threads = os.environ.get("OMP_NUM_THREADS", "all")
+    if args.save_rounds:
+        with open(args.save_rounds, "w") as f:
+            json.dump({"repetitions": args.repetitions, "omp_num_threads": threads, "runs": runs}, f)
+    print_tables(runs, args.repetitions, threads)
+
+
+def print_tables(runs, repetitions, threads):
+    """The markdown tables of runs ({binary key: {case name: summary}}), repetitions rounds long,
+    run with OMP_NUM_THREADS=threads."""
     native = runs["native"]
+    if "BM_MemoryRead_Sum/real_time" not in native:
+        sys.exit("report.py: the rounds hold no BM_MemoryRead_Sum, which every share is divided by "
+                 "(a --filter that leaves it out?)")
     portable = runs.get("portable", {})
     default_tuned = runs.get("default_tuned", {})
     at_o2 = runs.get("o2", {})
-    if "BM_MemoryRead_Sum/real_time" not in native:
-        sys.exit(f"report.py: --filter {args.filter!r} leaves out BM_MemoryRead_Sum, which every share is "
-                 "divided by")
     read_case = {"native": native["BM_MemoryRead_Sum/real_time"]}
     if portable:
         read_case["portable"] = portable["BM_MemoryRead_Sum/real_time"]
-    threads = os.environ.get("OMP_NUM_THREADS", "all")
 
     def read_bandwidth(key):
         rounds = read_case[key]["gbs_by_round"]
         return f"{key} run {read_case[key]['gbs']:.1f} GB/s ({min(rounds):.1f}-{max(rounds):.1f} over the rounds)"
 
     print("Read bandwidth (BM_MemoryRead_Sum): " + ", ".join(read_bandwidth(key) for key in read_case)
-          + f"; OMP_NUM_THREADS={threads}; medians of {args.repetitions} rounds, the binaries taking turns"
+          + f"; OMP_NUM_THREADS={threads}; medians of {repetitions} rounds, the binaries taking turns"
           + " and each round's cases in random order.")
     if portable:
         decode = next((n for n in portable if n.startswith("BM_Decode_Razorkv")), None)
@@ -248,7 +285,7 @@ def main():
 
     print("Dense decode (GB/s of K/V read; share of the same run's read bandwidth)\n")
     print_table_head("tokens:", "group", "dtype", "native:", "of read bw:", "portable:", "portable / native:",
-                     "plain Eigen:")
+                     "same, each of its read bw:", "plain Eigen:")
     for dtype in dtypes:
         for tokens, group in cases_of(native, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
             if tokens > 131072:
@@ -258,7 +295,11 @@ def main():
             e = native.get(case("Decode_PlainEigen", dtype, tokens, group))
             row = (f"| {tokens:,} | {group_name.get(group, group)} | {short[dtype]} | {n['gbs']:.1f} "
                    f"| {100 * share_of_read(n, read_case['native']):.0f}% ")
-            row += f"| {p['gbs']:.1f} | {p['gbs'] / n['gbs']:.2f} " if p else "| - | - "
+            if p:
+                row += (f"| {p['gbs']:.1f} | {p['gbs'] / n['gbs']:.2f} "
+                        f"| {ratio_of_shares(p, read_case['portable'], n, read_case['native']):.2f} ")
+            else:
+                row += "| - | - | - "
             row += f"| {e['gbs']:.1f} |" if e else "| - |"
             print(row)
     print()
