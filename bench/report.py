@@ -11,9 +11,11 @@ medians: each figure beside the read bandwidth (BM_MemoryRead_Sum) measured in t
 the same binary, and each decode shape beside what bounds it (the read bandwidth, or its in-cache
 rate and the multiply-add peak, BM_FmaPeak). Where razorkv_bench was built with ggml
 (RAZORKV_GGML_SOURCE_DIR, bench/fetch_ggml.sh), also ggml's CPU flash attention on the same K/V.
+Then it compares the portable build with native case by case (decode and compression at 32K
+tokens and more, the two binaries running each case back to back).
 
     OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
-        [--warmup-time 0.05] [--save-rounds rounds.json]
+        [--warmup-time 0.05] [--paired-rounds 5] [--save-rounds rounds.json]
     python3 bench/report.py --from-rounds rounds.json   # the same tables again, running nothing
 """
 import argparse
@@ -32,6 +34,10 @@ O2_CASES = rf"Decode_InCache|Compress_RazorCache<[^>]*>/tokens:{O2_COMPRESS_TOKE
 # The portable binary with the default-tuned AVX-512 kernels: the decode cases the target is set on.
 TUNING_CASES = r"Decode_Razorkv<[^>]*>/tokens:(32768|131072)/|Decode_InCache"
 DTYPE_BYTES = {"float": 4, "Eigen::half": 2, "Eigen::bfloat16": 2}
+# What the portable build is held to within 10% of native on, case by case: decode and compression
+# into a reused cache, at 32K tokens and more (where the K/V are far larger than the cache).
+PAIRED_CASES = r"BM_(Decode_Razorkv|Compress_RazorCache)<([^>]*)>/tokens:(\d+)/(?:group:(\d+)/)?real_time$"
+PAIRED_MIN_TOKENS = 32768
 
 
 def run_rounds(binaries, args):
@@ -58,6 +64,32 @@ def run_rounds(binaries, args):
     return [{name: summary(reps) for name, reps in binary_runs.items()} for binary_runs in runs]
 
 
+def run_pairs(native, portable, names, args):
+    """Portable's GB/s over native's for each case in names, a ratio per round: the two binaries run
+    the one case back to back, seconds apart, the first of the two alternating from round to round.
+    In the rounds of run_rounds a binary's turn lasts minutes, and this machine's bandwidth can move
+    by half between two turns; seconds apart it moves far less, so these ratios measure the builds
+    rather than the machine."""
+    ratios = {name: [] for name in names}
+    for round_index in range(args.paired_rounds):
+        pair = (native, portable) if round_index % 2 == 0 else (portable, native)
+        print(f"pairs {round_index + 1}/{args.paired_rounds}: {len(names)} cases, {pair[0]} first",
+              file=sys.stderr, flush=True)
+        for name in names:
+            gbs = {}
+            for binary in pair:
+                command = [binary, f"--benchmark_filter=^{re.escape(name)}$", "--benchmark_format=json",
+                           "--benchmark_repetitions=1", f"--benchmark_min_time={args.min_time}",
+                           f"--benchmark_min_warmup_time={args.warmup_time}"]
+                report = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE).stdout)
+                runs = [b for b in report["benchmarks"] if b.get("run_type") == "iteration"]
+                if len(runs) != 1:
+                    sys.exit(f"report.py: {binary} ran {len(runs)} cases for the filter ^{name}$, not one")
+                gbs[binary] = runs[0]["bytes_per_second"]
+            ratios[name].append(gbs[portable] / gbs[native])
+    return ratios
+
+
 def summary(reps):
     return {
         "ms": statistics.median(r["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[r["time_unit"]]
@@ -72,29 +104,14 @@ def summary(reps):
     }
 
 
-def shares_by_round(figure, read):
-    """A case's GB/s over the read bandwidth measured in the same round of the same binary, round
-    by round."""
+def share_of_read(figure, read):
+    """A case's share of the read bandwidth: the median over the rounds of its GB/s over the read
+    bandwidth measured in the same round of the same binary (the bandwidth moves between rounds,
+    so a ratio of the two medians could pair a fast round's figure with a slow round's bandwidth)."""
     if len(figure["gbs_by_round"]) != len(read["gbs_by_round"]):
         sys.exit(f"report.py: {figure['name']} ran in {len(figure['gbs_by_round'])} rounds and "
                  f"{read['name']} in {len(read['gbs_by_round'])}: a share pairs them round by round")
-    return [f / r for f, r in zip(figure["gbs_by_round"], read["gbs_by_round"])]
-
-
-def share_of_read(figure, read):
-    """A case's share of the read bandwidth: the median over the rounds of shares_by_round (the
-    bandwidth moves between rounds, so a ratio of the two medians could pair a fast round's figure
-    with a slow round's bandwidth)."""
-    return statistics.median(shares_by_round(figure, read))
-
-
-def ratio_of_shares(figure, read, base, base_read):
-    """figure's speed over base's, each taken as a share of its own binary's read bandwidth in the
-    same round: the median over the rounds. The binaries take turns minutes apart, and between two
-    turns the bandwidth can move by half (22.7-49.8 GB/s within one run on the development VM), so
-    a memory-bound case's plain GB/s ratio measures the machine as much as the build."""
-    pairs = zip(shares_by_round(figure, read), shares_by_round(base, base_read))
-    return statistics.median(f / b for f, b in pairs)
+    return statistics.median(f / r for f, r in zip(figure["gbs_by_round"], read["gbs_by_round"]))
 
 
 def print_table_head(*columns):
@@ -164,6 +181,32 @@ def kernel_label(binary):
     return report["benchmarks"][0].get("label", "") if report["benchmarks"] else ""
 
 
+def print_pairs(pairs, short, group_name):
+    """The portable build against native, case by case (run_pairs)."""
+    if not pairs:
+        return
+    rounds = len(next(iter(pairs.values())))
+    print(f"Portable build against native, case by case: each case run by the two binaries back to back, "
+          f"{rounds} rounds, the first of each pair alternating; portable's GB/s over native's\n")
+    print_table_head("case", "tokens:", "group", "dtype", "portable / native:", "range over the rounds:")
+    within = 0
+    for name, ratios in sorted(pairs.items(), key=lambda item: pair_order(item[0])):
+        kind, dtype, tokens, group = re.match(PAIRED_CASES, name).groups()
+        ratio = statistics.median(ratios)
+        within += abs(ratio - 1.0) <= 0.1
+        print(f"| {'decode' if kind == 'Decode_Razorkv' else 'compression, reused'} | {int(tokens):,} "
+              f"| {group_name.get(int(group), group) if group else '-'} | {short.get(dtype, dtype)} "
+              f"| {ratio:.2f} | {min(ratios):.2f}-{max(ratios):.2f} |")
+    print(f"\nWithin 10% of native: {within} of {len(pairs)} cases.\n")
+
+
+def pair_order(name):
+    """Sort key of a paired case: decode before compression, then dtype, tokens and group."""
+    kind, dtype, tokens, group = re.match(PAIRED_CASES, name).groups()
+    return (kind != "Decode_Razorkv", list(DTYPE_BYTES).index(dtype) if dtype in DTYPE_BYTES else 9,
+            int(tokens), int(group or 0))
+
+
 def print_tuning(portable, default_tuned, dtypes, short, group_name):
     """razorkv::kernels' AVX-512 kernels tuned for Zen (what an AMD CPU gets) against the same
     instructions with the compiler's default tuning (RAZORKV_KERNEL_ISA=avx512), same rounds."""
@@ -218,6 +261,9 @@ def main():
     parser.add_argument("--warmup-time", default="0.05",
                         help="seconds each case runs untimed before it is measured")
     parser.add_argument("--filter", default=CASES)
+    parser.add_argument("--paired-rounds", type=int, default=5,
+                        help="rounds of the case-by-case comparison of the portable build with native "
+                             "(0: none)")
     parser.add_argument("--save-rounds", metavar="FILE",
                         help="also write the figures the tables are made of (medians, and each round's GB/s) "
                              "to FILE (JSON), for --from-rounds")
@@ -245,6 +291,10 @@ def main():
     if os.path.exists(path("razorkv_bench_o2")):
         binaries.append(("o2", path("razorkv_bench_o2"), O2_CASES, {}))
     runs = dict(zip((key for key, *_ in binaries), run_rounds([b[1:] for b in binaries], args)))
+    if "portable" in runs and args.paired_rounds > 0:
+        paired = [name for name in runs["native"] if name in runs["portable"] and
+                  (m := re.match(PAIRED_CASES, name)) and int(m.group(3)) >= PAIRED_MIN_TOKENS]
+        runs["pairs"] = run_pairs(path("razorkv_bench"), path("razorkv_bench_portable"), sorted(paired), args)
     threads = os.environ.get("OMP_NUM_THREADS", "all")
     if args.save_rounds:
         with open(args.save_rounds, "w") as f:
@@ -285,7 +335,7 @@ def print_tables(runs, repetitions, threads):
 
     print("Dense decode (GB/s of K/V read; share of the same run's read bandwidth)\n")
     print_table_head("tokens:", "group", "dtype", "native:", "of read bw:", "portable:", "portable / native:",
-                     "same, each of its read bw:", "plain Eigen:")
+                     "plain Eigen:")
     for dtype in dtypes:
         for tokens, group in cases_of(native, rf"BM_Decode_Razorkv<{re.escape(dtype)}>/tokens:(\d+)/group:(\d+)/"):
             if tokens > 131072:
@@ -295,11 +345,7 @@ def print_tables(runs, repetitions, threads):
             e = native.get(case("Decode_PlainEigen", dtype, tokens, group))
             row = (f"| {tokens:,} | {group_name.get(group, group)} | {short[dtype]} | {n['gbs']:.1f} "
                    f"| {100 * share_of_read(n, read_case['native']):.0f}% ")
-            if p:
-                row += (f"| {p['gbs']:.1f} | {p['gbs'] / n['gbs']:.2f} "
-                        f"| {ratio_of_shares(p, read_case['portable'], n, read_case['native']):.2f} ")
-            else:
-                row += "| - | - | - "
+            row += f"| {p['gbs']:.1f} | {p['gbs'] / n['gbs']:.2f} " if p else "| - | - "
             row += f"| {e['gbs']:.1f} |" if e else "| - |"
             print(row)
     print()
@@ -360,6 +406,8 @@ def print_tables(runs, repetitions, threads):
                   + (f"| {p['gbs']:.1f} |" if p else "| - |"))
 
     print()
+
+    print_pairs(runs.get("pairs"), short, group_name)
 
     print_tuning(portable, default_tuned, dtypes, short, group_name)
 
