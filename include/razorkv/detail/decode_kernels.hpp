@@ -134,7 +134,17 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
     for (int q = 0; q < kQ; ++q) {
       RAZORKV_UNROLL
       for (int u = 0; u < kUnit; ++u) {
-        const simd_t<Acc> query = simd_load(queries + q * dim + c + u * kW);
+        simd_t<Acc> query = simd_load(queries + q * dim + c + u * kW);
+        // kRows key rows read this query vector. GCC may fold its load into each row's
+        // multiply-add instead (seen in its assembly), and at GQA 8 with AVX-512 (2 rows x 8
+        // queries) that is more loads than the load ports feed: once the value sums prefetched
+        // the values (kValuePrefetch), GCC stopped keeping the queries in registers, and GQA 8
+        // took 1.25-1.33x the time with the rows in cache, 1.1-1.4x cold. Pinned, the two changes
+        // together took 0.94-1.03x the time of the kernel before them in cache and, cold,
+        // 0.84-0.94x in float and 0.89-1.01x in 16-bit (one-off harness: attend_head on 2 threads
+        // of Zen 5, 32K-row heads, 9-15 rounds taking turns in one process, five runs). At GQA 4
+        // the pin gained nothing (1.03-1.15x); with one row per call (AVX2 at GQA 8) there is none.
+        if constexpr (kQ >= 8 && kRows > 1) query = simd_in_register<Acc>(query);
         RAZORKV_UNROLL
         for (int r = 0; r < kRows; ++r) acc[r][q] += query * key[r][u];
       }
@@ -176,14 +186,30 @@ inline constexpr int kDotRows = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 2)
 template <int kQ>
 inline constexpr int kValueColumns = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 8);
 
+// Asks for the cache lines of [p, p + bytes) to be brought into L1.
+inline void prefetch_lines(const char* p, index_t bytes) noexcept {
+  for (index_t b = 0; b < bytes; b += 64) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    // GCC 12 deletes __builtin_prefetch in prefetch_rows' loop (seen in its assembly); asm stays.
+    asm volatile("prefetcht0 %0" : : "m"(*(p + b)));
+#elif defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p + b, 0, 3);
+#else
+    (void)p;
+#endif
+  }
+}
+
 // out[q][c, c + kCount * kW) += sum_r weights[r * kQ + q] * values[r][same columns] for
 // r < rows, q < kQ: each value vector is loaded once for all kQ queries, and kQ x kCount
 // accumulators stay in registers across the rows, so each weight is broadcast once per kCount
-// vectors.
-template <class Acc, class S, int kQ, int kCount, bool kSplit>
+// vectors. With kAhead > 0, reading row r also asks for the same columns of row r + kAhead, for
+// r < prefetch_rows (the rows whose row kAhead further on exists).
+template <class Acc, class S, int kQ, int kCount, bool kSplit, index_t kAhead>
 inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
                                const S* RAZORKV_RESTRICT values, index_t value_stride, index_t rows,
-                               index_t dim, index_t c, Acc* RAZORKV_RESTRICT out) noexcept {
+                               index_t prefetch_rows, index_t dim, index_t c,
+                               Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kCount}];
   RAZORKV_UNROLL
@@ -192,6 +218,12 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
     for (int j = 0; j < kCount; ++j) acc[q][j] = simd_load(out + q * dim + c + j * kW);
   }
   for (index_t r = 0; r < rows; ++r) {
+    if constexpr (kAhead > 0) {
+      if (r < prefetch_rows) {
+        prefetch_lines(reinterpret_cast<const char*>(values + (r + kAhead) * value_stride + c),
+                       kCount * kW * static_cast<index_t>(sizeof(S)));
+      }
+    }
     simd_t<Acc> v[std::size_t{kCount}];
     load_row_vectors<Acc, S, kCount, kSplit, kQ>(values + r * value_stride + c, v);
     RAZORKV_UNROLL
@@ -211,22 +243,27 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
 // out[q] += sum_r weights[r * kQ + q] * values[r] for r < rows, q < kQ, in column blocks
 // of kValueColumns vectors, then of one vector (a pair with kSplit, where out is in split
 // column order and dim a multiple of 2 * kW), then column by column. Each column's sum runs over
-// the rows in order, whatever the blocks.
-template <class Acc, class S, int kQ, int kDim, bool kSplit>
+// the rows in order, whatever the blocks. With kAhead > 0 the vector columns of rows kAhead
+// further on are prefetched as they go, for the first prefetch_rows rows (see accumulate_columns).
+template <class Acc, class S, int kQ, int kDim, bool kSplit, index_t kAhead>
 inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZORKV_RESTRICT values,
-                              index_t value_stride, index_t rows, index_t runtime_dim,
-                              Acc* RAZORKV_RESTRICT out) noexcept {
+                              index_t value_stride, index_t rows, index_t prefetch_rows,
+                              index_t runtime_dim, Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   constexpr int kC = kValueColumns<kQ>;
   constexpr int kUnit = kSplit ? 2 : 1;
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
   const index_t vector_end = (dim / kW) * kW;
   index_t c = 0;
-  for (; c + kC * kW <= vector_end; c += kC * kW)
-    accumulate_columns<Acc, S, kQ, kC, kSplit>(weights, values, value_stride, rows, dim, c, out);
+  for (; c + kC * kW <= vector_end; c += kC * kW) {
+    accumulate_columns<Acc, S, kQ, kC, kSplit, kAhead>(weights, values, value_stride, rows,
+                                                       prefetch_rows, dim, c, out);
+  }
   // (With kSplit, dim and every block are whole pairs of vectors, so this steps onto vector_end.)
-  for (; c < vector_end; c += kUnit * kW)
-    accumulate_columns<Acc, S, kQ, kUnit, kSplit>(weights, values, value_stride, rows, dim, c, out);
+  for (; c < vector_end; c += kUnit * kW) {
+    accumulate_columns<Acc, S, kQ, kUnit, kSplit, kAhead>(weights, values, value_stride, rows,
+                                                          prefetch_rows, dim, c, out);
+  }
   for (; c < dim; ++c) {
     for (int q = 0; q < kQ; ++q) {
       Acc sum = out[q * dim + c];
@@ -307,14 +344,30 @@ inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kB
 template <class T, int kQ>
 inline constexpr index_t kPrefetchRows =  // one row ahead, or none
     static_cast<index_t>(sizeof(T) >= 4 || (kQ >= 4 && std::is_same_v<kernel_row_t<T>, T>));
-// kPrefetchValues: whether scoring a row also prefetches its value row (read one block later),
-// so that the values arrive during arithmetic. It pays where the arithmetic dominates: float GQA
-// 8 read 1.3x faster with it on Zen 4, and 16-bit GQA 4 on Zen 5 (0.70-0.88x the time cold, the
-// same runs as above; GQA 8 0.70-0.81x, with the keys'). Float GQA 4 went either way: 1.1-1.3x
-// slower on Zen 4, the prefetches then only crowding the keys' stream, 0.90-0.93x on Zen 5, so it
-// keeps the Zen 4 choice.
+// kValuePrefetch: when the value rows are prefetched, so that they arrive during arithmetic rather
+// than stall it. It pays where the arithmetic dominates. Scoring a key row can prefetch its value
+// row (read one block later): float GQA 8 read 1.3x faster with that on Zen 4, and 16-bit GQA 4
+// on Zen 5 (0.70-0.88x the time cold, the same runs as above; GQA 8 0.70-0.81x, with the keys').
+// That leaves the value sums without memory traffic, though, while the scores fetch both streams:
+// one thread of Zen 5 spent 62 cycles a row scoring 16-bit GQA 8 from L2 and 99 from DRAM, the
+// value sums 33 and 35 (cycles of the core's clock). So GQA 8 prefetches each value row
+// kValueAheadRows rows ahead as it sums the values instead, which spreads the fetches over both.
+// In a one-off harness (attend_head on 2 threads, 32K-row heads, 11 rounds taking turns, two runs)
+// that took 0.92-0.97x the time cold in float, half and bfloat16, in a build where GCC kept the
+// queries in registers, which dot_rows now makes sure of (see there, with the figures of the two
+// together); 8 rows ahead took 1.05-1.08x, 128 and 256 rows were as good as 32. 16-bit GQA 4,
+// whose value sums are shorter, gained nothing from it (0.99-1.05x) and keeps the prefetch with
+// the keys. Float GQA 4 went either way with the keys: 1.1-1.3x slower on Zen 4, the
+// prefetches then only crowding the keys' stream, 0.90-0.93x on Zen 5, so it keeps the Zen 4
+// choice, none.
+enum class value_prefetch { none, with_keys, with_values };
 template <class T, int kQ>
-inline constexpr bool kPrefetchValues = kPrefetchRows<T, kQ> > 0 && kQ >= (sizeof(T) == 2 ? 4 : 8);
+inline constexpr value_prefetch kValuePrefetch = kPrefetchRows<T, kQ> == 0 ? value_prefetch::none
+                                                 : kQ >= 8 ? value_prefetch::with_values
+                                                 : kQ >= 4 && sizeof(T) == 2
+                                                     ? value_prefetch::with_keys
+                                                     : value_prefetch::none;
+inline constexpr index_t kValueAheadRows = 32;
 
 // kValueSweepRows: rows per accumulate_values call, each block of value columns summed down all of
 // them before the next block. With 32-byte vectors a GQA 4 block is 2 vectors (4 x 2 accumulators
@@ -339,17 +392,8 @@ template <class T>
 inline void prefetch_rows(const matrix_view<const T>& view, index_t first, index_t count) noexcept {
   const index_t last = min_of(first + count, view.rows());
   const index_t row_bytes = view.cols() * static_cast<index_t>(sizeof(T));
-  for (index_t r = first; r < last; ++r) {
-    const char* row = reinterpret_cast<const char*>(view.data() + r * view.row_stride());
-    for (index_t b = 0; b < row_bytes; b += 64) {
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-      // GCC 12 deletes __builtin_prefetch in this loop (seen in its assembly); asm stays.
-      asm volatile("prefetcht0 %0" : : "m"(*(row + b)));
-#elif defined(__GNUC__) || defined(__clang__)
-      __builtin_prefetch(row + b, 0, 3);
-#endif
-    }
-  }
+  for (index_t r = first; r < last; ++r)
+    prefetch_lines(reinterpret_cast<const char*>(view.data() + r * view.row_stride()), row_bytes);
 }
 
 // A block's weights are row by row, w[r * kQ + q] for r < kBlockRows and q < kQ, so that each
@@ -522,7 +566,7 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       for (; r + kRows <= sub_rows; r += kRows) {
         constexpr index_t kAhead = kPrefetchRows<T, kQ>;
         if constexpr (kAhead > 0) prefetch_rows(span.keys, first + sub + r + kAhead, kRows);
-        if constexpr (kPrefetchValues<T, kQ>)
+        if constexpr (kValuePrefetch<T, kQ> == value_prefetch::with_keys)
           prefetch_rows(span.values, first + sub + r + kAhead, kRows);
         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim, kSplit>(
             kernel_queries, keys + r * key_stride, key_stride, dim, scores + r * kQ);
@@ -542,13 +586,23 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
   const auto accumulate_piece = [&](const kv_span<T>& span, index_t first, index_t count,
                                     index_t at) {
     constexpr index_t kSweepRows = kValueSweepRows<T, kQ>;
+    constexpr index_t kAhead =
+        kValuePrefetch<T, kQ> == value_prefetch::with_values ? kValueAheadRows : 0;
+    static_assert(kAhead == 0 || std::is_same_v<kernel_row_t<T>, T>,
+                  "razorkv: prefetched rows are read where they are stored");
     for (index_t sub = 0; sub < count; sub += kSweepRows) {
       const index_t sub_rows = min_of(kSweepRows, count - sub);
       index_t value_stride = 0;
       const kernel_row_t<T>* values =
           block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
-      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim, kSplit>(
-          previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, dim, out);
+      // The rows of this sweep whose row kAhead further on is in the span.
+      const index_t prefetch_rows =
+          kAhead > 0
+              ? max_of<index_t>(0, min_of(sub_rows, span.values.rows() - (first + sub) - kAhead))
+              : 0;
+      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim, kSplit, kAhead>(
+          previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, prefetch_rows, dim,
+          out);
     }
   };
 
