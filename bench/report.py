@@ -15,7 +15,7 @@ Then it compares the portable build with native case by case (decode and compres
 tokens and more, the two binaries running each case back to back).
 
     OMP_NUM_THREADS=2 python3 bench/report.py build/bench/bench [--repetitions 5] [--min-time 0.2]
-        [--warmup-time 0.05] [--paired-rounds 5] [--save-rounds rounds.json]
+        [--warmup-time 0.05] [--paired-rounds 3] [--save-rounds rounds.json]
     python3 bench/report.py --from-rounds rounds.json   # the same tables again, running nothing
 """
 import argparse
@@ -261,7 +261,9 @@ def main():
     parser.add_argument("--warmup-time", default="0.05",
                         help="seconds each case runs untimed before it is measured")
     parser.add_argument("--filter", default=CASES)
-    parser.add_argument("--paired-rounds", type=int, default=5,
+    # Each paired case starts both binaries afresh, and filling a 256K-token layer takes seconds:
+    # a round of the 42 cases took about 6 minutes on the development VM.
+    parser.add_argument("--paired-rounds", type=int, default=3,
                         help="rounds of the case-by-case comparison of the portable build with native "
                              "(0: none)")
     parser.add_argument("--save-rounds", metavar="FILE",
