@@ -272,6 +272,9 @@ def main():
     parser.add_argument("--from-rounds", metavar="FILE",
                         help="print the tables of the rounds saved in FILE; runs nothing")
     args = parser.parse_args()
+    if args.repetitions < 1 or args.paired_rounds < 0:
+        parser.error(f"--repetitions must be at least 1 (got {args.repetitions}) and --paired-rounds at least 0 "
+                     f"(got {args.paired_rounds})")
     if (args.bench_dir is None) == (args.from_rounds is None):
         parser.error("give either bench_dir or --from-rounds FILE")
     if args.from_rounds:
@@ -305,8 +308,9 @@ def main():
 
 
 def print_tables(runs, repetitions, threads):
-    """The markdown tables of runs ({binary key: {case name: summary}}), repetitions rounds long,
-    run with OMP_NUM_THREADS=threads."""
+    """The markdown tables of runs ({binary key: {case name: summary}}, and under "pairs" {case name:
+    [portable / native, a ratio per paired round]}), repetitions rounds long, run with
+    OMP_NUM_THREADS=threads."""
     native = runs["native"]
     if "BM_MemoryRead_Sum/real_time" not in native:
         sys.exit("report.py: the rounds hold no BM_MemoryRead_Sum, which every share is divided by "

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """bench/report.py against a fake benchmark binary: the flags it passes to the binaries, and how it
-pairs each figure with the read bandwidth of the same round.
+pairs each figure with the read bandwidth of the same round. With --docs-tables, instead, that the
+tables of a run saved with --save-rounds are those a page shows, row for row.
 
     python3 tests/bench/test_report.py bench/report.py
+    python3 tests/bench/test_report.py bench/report.py --docs-tables docs/benchmarks.md ROUNDS.json
 """
 import os
 import stat
@@ -48,8 +50,29 @@ FAKE = textwrap.dedent('''\
 ''')
 
 
+def check_docs_tables(report, page, rounds):
+    """Every table row that report.py prints from the saved rounds is on the page."""
+    result = subprocess.run([sys.executable, report, "--from-rounds", rounds], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    rows = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    shown = set(open(page).read().splitlines())
+    missing = [row for row in rows if row not in shown]
+    failures = [f"report.py --from-rounds {rounds} exited with {result.returncode}: {result.stderr}"] \
+        if result.returncode != 0 else []
+    failures += [f"{page} lacks the row {row}" for row in missing]
+    if not rows:
+        failures.append(f"report.py printed no table from {rounds}")
+    for failure in failures:
+        print("FAILED:", failure)
+    print(f"{len(rows)} rows checked")
+    print("report.py: ok" if not failures else f"report.py: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
 def main():
     report = sys.argv[1]
+    if len(sys.argv) == 5 and sys.argv[2] == "--docs-tables":
+        return check_docs_tables(report, sys.argv[3], sys.argv[4])
     failures = []
 
     def expect(condition, what):
