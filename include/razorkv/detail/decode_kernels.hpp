@@ -204,11 +204,11 @@ inline void prefetch_lines(const char* p, index_t bytes) noexcept {
 // r < rows, q < kQ: each value vector is loaded once for all kQ queries, and kQ x kCount
 // accumulators stay in registers across the rows, so each weight is broadcast once per kCount
 // vectors. With kAhead > 0, reading row r also asks for the same columns of row r + kAhead, for
-// r < prefetch_rows (the rows whose row kAhead further on exists).
+// r < rows_ahead (the rows whose row kAhead further on exists).
 template <class Acc, class S, int kQ, int kCount, bool kSplit, index_t kAhead>
 inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
                                const S* RAZORKV_RESTRICT values, index_t value_stride, index_t rows,
-                               index_t prefetch_rows, index_t dim, index_t c,
+                               index_t rows_ahead, index_t dim, index_t c,
                                Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kCount}];
@@ -219,7 +219,7 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
   }
   for (index_t r = 0; r < rows; ++r) {
     if constexpr (kAhead > 0) {
-      if (r < prefetch_rows) {
+      if (r < rows_ahead) {
         prefetch_lines(reinterpret_cast<const char*>(values + (r + kAhead) * value_stride + c),
                        kCount * kW * static_cast<index_t>(sizeof(S)));
       }
@@ -244,10 +244,10 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
 // of kValueColumns vectors, then of one vector (a pair with kSplit, where out is in split
 // column order and dim a multiple of 2 * kW), then column by column. Each column's sum runs over
 // the rows in order, whatever the blocks. With kAhead > 0 the vector columns of rows kAhead
-// further on are prefetched as they go, for the first prefetch_rows rows (see accumulate_columns).
+// further on are prefetched as they go, for the first rows_ahead rows (see accumulate_columns).
 template <class Acc, class S, int kQ, int kDim, bool kSplit, index_t kAhead>
 inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZORKV_RESTRICT values,
-                              index_t value_stride, index_t rows, index_t prefetch_rows,
+                              index_t value_stride, index_t rows, index_t rows_ahead,
                               index_t runtime_dim, Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   constexpr int kC = kValueColumns<kQ>;
@@ -257,12 +257,12 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
   index_t c = 0;
   for (; c + kC * kW <= vector_end; c += kC * kW) {
     accumulate_columns<Acc, S, kQ, kC, kSplit, kAhead>(weights, values, value_stride, rows,
-                                                       prefetch_rows, dim, c, out);
+                                                       rows_ahead, dim, c, out);
   }
   // (With kSplit, dim and every block are whole pairs of vectors, so this steps onto vector_end.)
   for (; c < vector_end; c += kUnit * kW) {
     accumulate_columns<Acc, S, kQ, kUnit, kSplit, kAhead>(weights, values, value_stride, rows,
-                                                          prefetch_rows, dim, c, out);
+                                                          rows_ahead, dim, c, out);
   }
   for (; c < dim; ++c) {
     for (int q = 0; q < kQ; ++q) {
@@ -596,13 +596,12 @@ void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim
       const kernel_row_t<T>* values =
           block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
       // The rows of this sweep whose row kAhead further on is in the span.
-      const index_t prefetch_rows =
+      const index_t rows_ahead =
           kAhead > 0
               ? max_of<index_t>(0, min_of(sub_rows, span.values.rows() - (first + sub) - kAhead))
               : 0;
       accumulate_values<Acc, kernel_row_t<T>, kQ, kDim, kSplit, kAhead>(
-          previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, prefetch_rows, dim,
-          out);
+          previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, rows_ahead, dim, out);
     }
   };
 
