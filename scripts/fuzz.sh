@@ -17,7 +17,7 @@ razorkv_build "$build" all -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_safetensors
+  targets=(fuzz_head_plan_json fuzz_head_scores_json fuzz_mindspore_json fuzz_duoattention_tsv fuzz_npy fuzz_safetensors fuzz_gguf
     fuzz_compute fuzz_razor_state)
 fi
 # fuzz_target <target>: one target from a copy of its seed corpus (so that the repository's

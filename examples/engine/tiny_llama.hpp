@@ -1,13 +1,16 @@
-// examples/engine/tiny_llama.hpp: a small C++ inference engine for the byte-level Llama-family
-// model trained in tools/train/, which keeps its KV cache in razorkv the way an engine would.
+// examples/engine/tiny_llama.hpp: a small C++ inference engine for Llama-family models, which
+// keeps its KV cache in razorkv the way an engine would: the byte model trained in tools/train/
+// (safetensors) and SmolLM2-135M (a GGUF file, scripts/get_model.sh).
 //
 // The engine owns the dense prefill (its K/V in its own NHD float buffers), hands each layer to
 // whichever cache policy the caller picked, and decodes over that cache through razorkv's
 // KV-cache contract, so full, RazorAttention and every baseline run through one forward pass.
+// Weights are float32 in memory (a GGUF file's quantised ones dequantised once at load).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +18,7 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include <razorkv/io/gguf.hpp>
 #include <razorkv/io/safetensors.hpp>
 #include <razorkv/razorkv.hpp>
 
@@ -23,13 +27,21 @@ namespace tiny_llama {
 using razorkv::index_t;
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// The model's hyper-parameters, read from the safetensors metadata "config" (a JSON object).
+/// Which dimensions of a head RoPE rotates together: (i, i + head_dim / 2), as PyTorch's Llama
+/// and the trained model do, or (2i, 2i + 1), as GGUF files store Llama's Q/K weights (their rows
+/// permuted so that this pairing computes the same attention).
+enum class rope_pairs { kHalves, kAdjacent };
+
+/// The model's hyper-parameters: the safetensors metadata "config" (a JSON object) or a GGUF
+/// file's llama.* metadata.
 struct config {
   index_t vocab_size = 0, d_model = 0, num_layers = 0, num_q_heads = 0, num_kv_heads = 0,
           ffn_hidden = 0;
   index_t max_context = 0;
   double rope_theta = 10000.0;
   float norm_eps = 1e-5f;
+  rope_pairs rope = rope_pairs::kHalves;
+  bool tied_embeddings = false;  ///< the output head is the embedding matrix
 
   index_t head_dim() const { return d_model / num_q_heads; }
   razorkv::model_shape shape() const { return {num_layers, num_q_heads, num_kv_heads, head_dim()}; }
@@ -76,8 +88,11 @@ struct prefill_state {
 
 class model {
  public:
-  /// Loads weights and config from a safetensors file written by tools/train/model.py.
+  /// Loads weights and config from a safetensors file written by tools/train/model.py, or from
+  /// a GGUF file of a "llama" architecture (recognised by its magic).
   static model load(const std::string& path);
+  static model load_safetensors(const std::string& path);
+  static model load_gguf(const razorkv::io::gguf_file& file);
 
   const config& cfg() const noexcept { return cfg_; }
   razorkv::model_shape shape() const { return cfg_.shape(); }
@@ -132,6 +147,9 @@ class model {
   void project(const layer_weights& w, const row_matrix& h, const std::vector<index_t>& positions,
                row_matrix& q, row_matrix& k, row_matrix& v) const;
   row_matrix output_logits(const row_matrix& x) const;
+  // x * w^T for a weight w stored [out, in], as PyTorch's Linear stores it.
+  static row_matrix linear(const row_matrix& x, const row_matrix& w) { return x * w.transpose(); }
+  void check_config(const std::string& what) const;
 
   config cfg_;
   row_matrix embed_, lm_head_;
@@ -142,6 +160,90 @@ class model {
 // ---------------------------------------------------------------------------------------------
 
 inline model model::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RAZORKV_CHECK(in.good(), kInvalidArgument, "tiny_llama::load: cannot open \"", path, "\"");
+  char magic[4] = {};
+  in.read(magic, 4);
+  if (in.gcount() == 4 && std::string(magic, 4) == "GGUF")
+    return load_gguf(razorkv::io::gguf_file::read(path));
+  return load_safetensors(path);
+}
+
+inline void model::check_config(const std::string& what) const {
+  const config& c = cfg_;
+  RAZORKV_CHECK(c.num_q_heads % c.num_kv_heads == 0 && c.d_model % c.num_q_heads == 0 &&
+                    c.head_dim() % 2 == 0 && c.rope_theta > 1 && c.norm_eps > 0,
+                kInvalidArgument, "tiny_llama::load: ", what,
+                " is not a GQA model with an even head_dim, rope_theta > 1 and norm_eps > 0");
+}
+
+inline model model::load_gguf(const razorkv::io::gguf_file& file) {
+  using razorkv::io::gguf_value_type;
+  const std::string arch = file.value("general.architecture").as_string("general.architecture");
+  RAZORKV_CHECK(arch == "llama", kInvalidArgument, "tiny_llama::load: general.architecture \"",
+                arch, "\" is not \"llama\"");
+  const auto count = [&](const std::string& key) {
+    const std::int64_t x = file.value(key).as_int(key);
+    RAZORKV_CHECK(x >= 1 && x <= 1000000000, kInvalidArgument, "tiny_llama::load: ", key, " (", x,
+                  ") must be a positive integer");
+    return static_cast<index_t>(x);
+  };
+  model m;
+  config& c = m.cfg_;
+  c.num_layers = count("llama.block_count");
+  c.d_model = count("llama.embedding_length");
+  c.ffn_hidden = count("llama.feed_forward_length");
+  c.num_q_heads = count("llama.attention.head_count");
+  c.num_kv_heads = count("llama.attention.head_count_kv");
+  c.max_context = count("llama.context_length");
+  c.vocab_size = static_cast<index_t>(
+      file.value("tokenizer.ggml.tokens").as_array("tokenizer.ggml.tokens").size());
+  c.rope_theta = file.contains("llama.rope.freq_base")
+                     ? file.value("llama.rope.freq_base").as_float("llama.rope.freq_base")
+                     : 10000.0;
+  c.norm_eps = static_cast<float>(file.value("llama.attention.layer_norm_rms_epsilon")
+                                      .as_float("llama.attention.layer_norm_rms_epsilon"));
+  c.rope = rope_pairs::kAdjacent;
+  c.tied_embeddings = !file.has_tensor("output.weight");
+  m.check_config("the GGUF file's llama.* metadata");
+  const index_t d = c.d_model, hd = c.head_dim();
+  RAZORKV_CHECK(
+      !file.contains("llama.rope.dimension_count") || count("llama.rope.dimension_count") == hd,
+      kInvalidArgument, "tiny_llama::load: llama.rope.dimension_count (",
+      file.contains("llama.rope.dimension_count")
+          ? file.value("llama.rope.dimension_count").as_int("")
+          : 0,
+      ") is not head_dim (", hd, "): partial rotary embeddings are not supported");
+  // GGUF dims are innermost first: a weight of dims {in, out} is out rows of in, as PyTorch's.
+  const auto matrix = [&](const std::string& name, index_t rows, index_t cols) {
+    const std::vector<float> data = file.to_float(name, {cols, rows});
+    return row_matrix(Eigen::Map<const row_matrix>(data.data(), rows, cols));
+  };
+  const auto vector = [&](const std::string& name, index_t n) {
+    const std::vector<float> data = file.to_float(name, {n});
+    return Eigen::VectorXf(Eigen::Map<const Eigen::VectorXf>(data.data(), n));
+  };
+  m.embed_ = matrix("token_embd.weight", c.vocab_size, d);
+  if (!c.tied_embeddings) m.lm_head_ = matrix("output.weight", c.vocab_size, d);
+  m.final_norm_ = vector("output_norm.weight", d);
+  for (index_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    layer_weights w;
+    w.attn_norm = vector(p + "attn_norm.weight", d);
+    w.ffn_norm = vector(p + "ffn_norm.weight", d);
+    w.wq = matrix(p + "attn_q.weight", c.num_q_heads * hd, d);
+    w.wk = matrix(p + "attn_k.weight", c.num_kv_heads * hd, d);
+    w.wv = matrix(p + "attn_v.weight", c.num_kv_heads * hd, d);
+    w.wo = matrix(p + "attn_output.weight", d, c.num_q_heads * hd);
+    w.w_gate = matrix(p + "ffn_gate.weight", c.ffn_hidden, d);
+    w.w_up = matrix(p + "ffn_up.weight", c.ffn_hidden, d);
+    w.w_down = matrix(p + "ffn_down.weight", d, c.ffn_hidden);
+    m.layers_.push_back(std::move(w));
+  }
+  return m;
+}
+
+inline model model::load_safetensors(const std::string& path) {
   const razorkv::io::safetensors_file file = razorkv::io::safetensors_file::read(path);
   const auto meta = file.metadata().find("config");
   RAZORKV_CHECK(meta != file.metadata().end(), kInvalidArgument, "tiny_llama::load: \"", path,
@@ -179,10 +281,7 @@ inline model model::load(const std::string& path) {
   c.max_context = count("max_context");
   c.rope_theta = number("rope_theta");
   c.norm_eps = static_cast<float>(number("norm_eps"));
-  RAZORKV_CHECK(c.num_q_heads % c.num_kv_heads == 0 && c.d_model % c.num_q_heads == 0 &&
-                    c.head_dim() % 2 == 0 && c.rope_theta > 1 && c.norm_eps > 0,
-                kInvalidArgument, "tiny_llama::load: config ", meta->second,
-                " is not a GQA model with an even head_dim, rope_theta > 1 and norm_eps > 0");
+  m.check_config("config " + meta->second);
   const index_t d = c.d_model, hd = c.head_dim();
   const auto matrix = [&](const std::string& name, index_t rows, index_t cols) {
     const std::vector<float> data = file.to_float(name, {rows, cols});
@@ -231,9 +330,11 @@ inline void model::rope(row_matrix& x, const std::vector<index_t>& positions) co
           static_cast<double>(positions[static_cast<std::size_t>(r)]) *
           (1.0 / std::pow(cfg_.rope_theta, static_cast<double>(i) / static_cast<double>(half)));
       const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      const index_t first = cfg_.rope == rope_pairs::kHalves ? i : 2 * i;
+      const index_t second = cfg_.rope == rope_pairs::kHalves ? i + half : 2 * i + 1;
       for (index_t h = 0; h < heads; ++h) {
-        float& a = x(r, h * hd + i);
-        float& b = x(r, h * hd + i + half);
+        float& a = x(r, h * hd + first);
+        float& b = x(r, h * hd + second);
         const float x1 = a, x2 = b;
         a = x1 * c - x2 * s;
         b = x2 * c + x1 * s;
@@ -243,24 +344,25 @@ inline void model::rope(row_matrix& x, const std::vector<index_t>& positions) co
 }
 
 inline row_matrix model::feed_forward(const layer_weights& w, const row_matrix& x) const {
-  const row_matrix gate = x * w.w_gate.transpose();
-  const row_matrix up = x * w.w_up.transpose();
+  const row_matrix gate = linear(x, w.w_gate);
+  const row_matrix up = linear(x, w.w_up);
   const row_matrix act = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();
-  return act * w.w_down.transpose();
+  return linear(act, w.w_down);
 }
 
 inline void model::project(const layer_weights& w, const row_matrix& h,
                            const std::vector<index_t>& positions, row_matrix& q, row_matrix& k,
                            row_matrix& v) const {
-  q = h * w.wq.transpose();
-  k = h * w.wk.transpose();
-  v = h * w.wv.transpose();
+  q = linear(h, w.wq);
+  k = linear(h, w.wk);
+  v = linear(h, w.wv);
   rope(q, positions);
   rope(k, positions);
 }
 
 inline row_matrix model::output_logits(const row_matrix& x) const {
-  return rms_norm(x, final_norm_) * lm_head_.transpose();
+  const row_matrix& head = cfg_.tied_embeddings ? embed_ : lm_head_;
+  return linear(rms_norm(x, final_norm_), head);
 }
 
 inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_logits) const {
@@ -273,27 +375,20 @@ inline prefill_state model::prefill(const std::vector<int>& tokens, bool all_log
 
   prefill_state state;
   state.tokens = n;
-  const index_t group = cfg_.num_q_heads / cfg_.num_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   row_matrix attn(n, cfg_.num_q_heads * hd);
-  row_matrix scores(n, n);
+  using kv_view = razorkv::layer_view<const float>;
   for (const layer_weights& w : layers_) {
     row_matrix q, k, v;
     project(w, rms_norm(x, w.attn_norm), positions, q, k, v);
-    // Dense causal attention, one query head at a time: the prefill an engine already has.
-    for (index_t h = 0; h < cfg_.num_q_heads; ++h) {
-      const index_t g = h / group;
-      scores.noalias() = q.middleCols(h * hd, hd) * k.middleCols(g * hd, hd).transpose();
-      for (index_t i = 0; i < n; ++i) {
-        auto row = scores.row(i).head(i + 1);
-        row *= scale;
-        row = (row.array() - row.maxCoeff()).exp().matrix();
-        row /= row.sum();
-        scores.row(i).tail(n - i - 1).setZero();
-      }
-      attn.middleCols(h * hd, hd).noalias() = scores * v.middleCols(g * hd, hd);
-    }
-    x += attn * w.wo.transpose();
+    // Causal attention over the prompt: razorkv's prefill over a one-layer dense cache, the
+    // tiled kernel an engine would call (the engine keeps q, k, v in its own buffers too).
+    razorkv::dense_kv_cache<float> kv(1, cfg_.num_kv_heads, hd, n);
+    kv.append(0, kv_view::nhd(k.data(), n, cfg_.num_kv_heads, hd),
+              kv_view::nhd(v.data(), n, cfg_.num_kv_heads, hd));
+    razorkv::prefill_attention(
+        kv, 0, kv_view::nhd(q.data(), n, cfg_.num_q_heads, hd),
+        razorkv::layer_view<float>::nhd(attn.data(), n, cfg_.num_q_heads, hd));
+    x += linear(attn, w.wo);
     x += feed_forward(w, rms_norm(x, w.ffn_norm));
     state.queries.push_back(std::move(q));
     state.keys.push_back(std::move(k));
@@ -340,7 +435,7 @@ inline Eigen::VectorXf model::prefill_chunked(razorkv::razor_kv_cache<float>& ca
       razorkv::prefill_attention(
           cache, l, kv_view::nhd(q.data(), count, cfg_.num_q_heads, hd),
           razorkv::layer_view<float>::nhd(out.data(), count, cfg_.num_q_heads, hd));
-      x += out * w.wo.transpose();
+      x += linear(out, w.wo);
       x += feed_forward(w, rms_norm(x, w.ffn_norm));
     }
   }
@@ -409,7 +504,7 @@ row_matrix model::decode_batch(const std::vector<Cache*>& caches, const std::vec
     for (std::size_t b = 0; b < caches.size(); ++b) {
       if (observed[b] != nullptr) razorkv::observe_decode(*caches[b], l, *observed[b]);
     }
-    x += out * w.wo.transpose();
+    x += linear(out, w.wo);
     x += feed_forward(w, rms_norm(x, w.ffn_norm));
   }
   return output_logits(x);
