@@ -1,7 +1,8 @@
 // razorkv/python/module.cpp: the C++ side of `import razorkv` (pybind11): calibration (probe,
 // scorers, selection, plans and their files, the memory calculator), the RazorAttention cache,
-// the baseline policies, and paged K/V read in place. razorkv/__init__.py wraps it; arrays
-// arrive here as numpy arrays.
+// the baseline policies, paged K/V read in place, and GGUF model files. razorkv/__init__.py wraps
+// it; arrays arrive here as numpy arrays.
+#include <razorkv/io/gguf.hpp>
 #include <razorkv/io/json.hpp>
 #include <razorkv/io/plan_files.hpp>
 #include <razorkv/razorkv.hpp>
@@ -557,6 +558,49 @@ baseline_cache compress_prompt(const razorkv::policy& policy, const razorkv::mod
   });
 }
 
+// ---- GGUF files --------------------------------------------------------------------------------
+
+// A metadata value as the Python value it stands for: int, float, bool, str or a list of them.
+py::object gguf_to_python(const razorkv::io::gguf_value& v, const std::string& key) {
+  using razorkv::io::gguf_value_type;
+  switch (v.type()) {
+    case gguf_value_type::kFloat32:
+    case gguf_value_type::kFloat64:
+      return py::float_(v.as_float(key));
+    case gguf_value_type::kBool:
+      return py::bool_(v.as_bool(key));
+    case gguf_value_type::kString:
+      // Bytes that are not UTF-8 are kept, escaped, rather than failing the whole read.
+      return py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+          v.as_string(key).data(), static_cast<py::ssize_t>(v.as_string(key).size()),
+          "surrogateescape"));
+    case gguf_value_type::kArray: {
+      py::list out;
+      for (const razorkv::io::gguf_value& e : v.as_array(key)) out.append(gguf_to_python(e, key));
+      return std::move(out);
+    }
+    case gguf_value_type::kUint64:
+      return py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(
+          static_cast<unsigned long long>(v.as_int(key) < 0 ? 0 : v.as_int(key))));
+    default:
+      return py::int_(v.as_int(key));
+  }
+}
+
+// A tensor dequantised to float32, shaped as PyTorch holds it (GGUF's dims reversed).
+py::array_t<float> gguf_tensor_array(const razorkv::io::gguf_file& f, const std::string& name) {
+  const razorkv::io::gguf_tensor& t = f.tensor(name);
+  std::vector<float> values;
+  {
+    py::gil_scoped_release unlocked;
+    values = f.to_float(name, t.dims);
+  }
+  std::vector<py::ssize_t> shape(t.dims.rbegin(), t.dims.rend());
+  auto* owner = new std::vector<float>(std::move(values));
+  py::capsule free_owner(owner, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>(shape, owner->data(), free_owner);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_razorkv, m) {
@@ -600,6 +644,38 @@ PYBIND11_MODULE(_razorkv, m) {
       .def_property_readonly("repeats", &razorkv::probe::repeats)
       .def_property_readonly("has_bos", &razorkv::probe::has_bos)
       .def("__len__", &razorkv::probe::length);
+
+  py::class_<razorkv::io::gguf_file>(m, "GgufFile")
+      .def(py::init([](const std::string& path) {
+             py::gil_scoped_release unlocked;
+             return razorkv::io::gguf_file::read(path);
+           }),
+           py::arg("path"))
+      .def_property_readonly("version", &razorkv::io::gguf_file::version)
+      .def_property_readonly("alignment", &razorkv::io::gguf_file::alignment)
+      .def("keys", &razorkv::io::gguf_file::metadata_keys)
+      .def("__contains__", &razorkv::io::gguf_file::contains, py::arg("key"))
+      .def(
+          "__getitem__",
+          [](const razorkv::io::gguf_file& f, const std::string& key) {
+            if (!f.contains(key)) throw py::key_error(key);
+            return gguf_to_python(f.value(key), key);
+          },
+          py::arg("key"))
+      .def_property_readonly("tensor_names",
+                             [](const razorkv::io::gguf_file& f) {
+                               std::vector<std::string> names;
+                               for (const auto& t : f.tensors()) names.push_back(t.name);
+                               return names;
+                             })
+      .def(
+          "tensor_type",
+          [](const razorkv::io::gguf_file& f, const std::string& name) {
+            return std::string(f.tensor(name).type_name());
+          },
+          py::arg("name"))
+      .def("tensor", &gguf_tensor_array, py::arg("name"))
+      .def("plan", [](const razorkv::io::gguf_file& f) { return razorkv::io::plan_from_gguf(f); });
 
   m.def("_score_queries_keys", &score_queries_keys);
   m.def("_score_probabilities", &score_probabilities);

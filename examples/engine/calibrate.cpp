@@ -1,7 +1,8 @@
-// razorkv_trained_calibrate: calibrates the trained model through the engine: prefills razorkv's
-// probe, scores every head from the post-RoPE Q/K, selects retrieval groups (14% induction + 1%
-// echo) and writes scores.json and plan.json.
-//   razorkv_trained_calibrate <model.safetensors> <output folder>
+// razorkv_trained_calibrate: calibrates a model through the engine (the trained byte model, or
+// SmolLM2 from its GGUF file): prefills razorkv's probe, scores every head from the post-RoPE
+// Q/K, selects retrieval groups (14% induction + 1% echo) and writes scores.json and plan.json.
+//   razorkv_trained_calibrate <model.safetensors or model.gguf> <output folder>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -12,17 +13,21 @@
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <model.safetensors> <output folder>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <model.safetensors or model.gguf> <output folder>\n", argv[0]);
     return 2;
   }
   try {
     const tiny_llama::model m = tiny_llama::model::load(argv[1]);
     const tiny_llama::config& c = m.cfg();
     const razorkv::probe probe(tiny_llama::probe_config_for(c));
-    std::printf("probe: %lld random byte ids x %lld copies = %lld tokens\n",
+    std::printf("probe: %lld random ids of [%lld, %lld) x %lld copies = %lld tokens\n",
                 static_cast<long long>(probe.num_random_tokens()),
+                static_cast<long long>(c.first_text_id), static_cast<long long>(c.vocab_size),
                 static_cast<long long>(probe.repeats()), static_cast<long long>(probe.length()));
+    const auto start = std::chrono::steady_clock::now();
     const razorkv::head_scores scores = tiny_llama::score_heads(m, probe);
+    std::printf("prefilled and scored in %.1f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     const razorkv::head_plan plan =
         razorkv::select_retrieval_heads(scores, c.head_dim(), razorkv::selection_config{});
     const std::string out = argv[2];

@@ -42,6 +42,7 @@ struct config {
   float norm_eps = 1e-5f;
   rope_pairs rope = rope_pairs::kHalves;
   bool tied_embeddings = false;  ///< the output head is the embedding matrix
+  index_t first_text_id = 0;     ///< ids below it are control tokens (<|im_start|>, ...)
 
   index_t head_dim() const { return d_model / num_q_heads; }
   razorkv::model_shape shape() const { return {num_layers, num_q_heads, num_kv_heads, head_dim()}; }
@@ -205,6 +206,16 @@ inline model model::load_gguf(const razorkv::io::gguf_file& file) {
                                       .as_float("llama.attention.layer_norm_rms_epsilon"));
   c.rope = rope_pairs::kAdjacent;
   c.tied_embeddings = !file.has_tensor("output.weight");
+  // Control tokens come first in the vocabulary (the probe draws only the ids after them).
+  const auto& types = file.value("tokenizer.ggml.token_type").as_array("tokenizer.ggml.token_type");
+  while (c.first_text_id < static_cast<index_t>(types.size()) &&
+         types[static_cast<std::size_t>(c.first_text_id)].as_int("tokenizer.ggml.token_type") == 3)
+    ++c.first_text_id;
+  for (std::size_t i = static_cast<std::size_t>(c.first_text_id); i < types.size(); ++i) {
+    RAZORKV_CHECK(types[i].as_int("tokenizer.ggml.token_type") != 3, kInvalidArgument,
+                  "tiny_llama::load: control token ", i, " follows text tokens (ids ",
+                  c.first_text_id, " on): the engine expects the control tokens first");
+  }
   m.check_config("the GGUF file's llama.* metadata");
   const index_t d = c.d_model, hd = c.head_dim();
   RAZORKV_CHECK(
@@ -514,12 +525,16 @@ row_matrix model::decode_batch(const std::vector<Cache*>& caches, const std::vec
 
 namespace tiny_llama {
 
-/// razorkv's calibration probe for this model: every one of the 256 byte ids once per copy
-/// (distinct ids make the scorer's masks exact), 4 copies: 1,024 tokens, half the context.
+/// razorkv's calibration probe for a model: 4 copies of P distinct ids (distinct ids make the
+/// scorer's masks exact) drawn from the text tokens (control tokens left out), P the smaller of
+/// the number of text ids and a quarter of the context. The byte model: its 256 ids x 4 = 1,024
+/// tokens, half its context; SmolLM2: 2,048 x 4 = 8,192 tokens, its whole context (the paper's
+/// 2,500 x 4 does not fit).
 inline razorkv::probe_config probe_config_for(const config& c) {
   razorkv::probe_config p;
-  p.num_random_tokens = c.vocab_size;
+  p.num_random_tokens = std::min(c.vocab_size - c.first_text_id, c.max_context / 4);
   p.repeats = 4;
+  p.min_id = c.first_text_id;
   p.max_id = c.vocab_size;
   p.seed = 0;
   return p;

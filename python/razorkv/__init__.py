@@ -6,14 +6,15 @@ the memory calculator, the compressed cache and the baseline policies, on the he
 HugePageResource that an engine keeps as its KV pool, and an engine's paged K/V (PagedKV) read
 in place, to attend over or to compress a prompt from. Arrays are numpy arrays or PyTorch CPU
 tensors, read in place when their layout allows (last axis contiguous); bfloat16 tensors too.
-razorkv.torch calibrates a PyTorch model in-process. Errors are razorkv.Error (a ValueError) with
-razorkv's message.
+razorkv.torch calibrates a PyTorch model in-process. GgufFile reads a GGUF model file (metadata,
+tensors dequantised to float32). Errors are razorkv.Error (a ValueError) with razorkv's message.
 """
 
 import numpy as _np
 
 from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
     Error,
+    GgufFile,
     HeadPlan,
     HeadScores,
     HugePageResource,
@@ -34,8 +35,8 @@ from ._razorkv import (  # noqa: F401  (the public names of the C++ core)
 from . import _razorkv
 
 __all__ = [
-    "Cache", "Error", "HeadPlan", "HeadScores", "HugePageResource", "PagedKV", "Policy", "Probe",
-    "RazorCache", "RazorConfig",
+    "Cache", "Error", "GgufFile", "HeadPlan", "HeadScores", "HugePageResource", "PagedKV",
+    "Policy", "Probe", "RazorCache", "RazorConfig",
     "alibi_logit_bound", "alibi_slopes", "alibi_span", "compress", "compressed_kv_bytes",
     "full_kv_bytes", "load_plan", "load_scores", "model_presets", "save_plan", "save_scores",
     "score_probabilities", "score_queries_keys", "select", "select_alibi", "select_for_budget",

@@ -13,6 +13,8 @@ without building llama.cpp:
   top_logprobs.npy       and their log-probabilities (float32), log-softmax over the whole vocabulary
   last_logits.npy        the full logits at each prompt's last position
   greedy.npy             64 tokens generated greedily after each prompt
+  greedy_top_ids.npy     llama.cpp's 32 most likely tokens before each generated token,
+  greedy_top_logprobs.npy  and their log-probabilities
 llama.cpp keeps its KV cache in f32 here (type_k = type_v = 0), so that what remains between the
 two engines is llama.cpp's quantised activations in its matrix products.
 """
@@ -65,6 +67,8 @@ def main() -> None:
     top_logprobs = np.zeros((len(PROMPTS), longest, TOP), dtype=np.float32)
     last_logits = np.zeros((len(PROMPTS), llm.n_vocab()), dtype=np.float32)
     greedy = np.zeros((len(PROMPTS), GENERATE), dtype=np.int32)
+    greedy_top_ids = np.zeros((len(PROMPTS), GENERATE, TOP), dtype=np.int32)
+    greedy_top_logprobs = np.zeros((len(PROMPTS), GENERATE, TOP), dtype=np.float32)
     for p, (first, length) in enumerate(PROMPTS):
         tokens = ids[first:first + length].tolist()
         assert len(tokens) == length, "the corpus is too short for the prompts"
@@ -78,13 +82,18 @@ def main() -> None:
         top_logprobs[p, :length] = np.take_along_axis(lp, order, axis=-1)
         last_logits[p] = logits[-1]
         for g in range(GENERATE):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            step = log_softmax(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32))
+            order = np.argsort(-step, kind="stable")[:TOP]
+            greedy_top_ids[p, g] = order
+            greedy_top_logprobs[p, g] = step[order]
+            nxt = int(order[0])
             greedy[p, g] = nxt
             llm.eval([nxt])
         print(f"prompt {p}: {length} tokens; greedy: {llm.detokenize(greedy[p].tolist())[:80]!r}")
     for name, array in [("prompt_tokens", prompt_tokens), ("top_ids", top_ids),
                         ("top_logprobs", top_logprobs), ("last_logits", last_logits),
-                        ("greedy", greedy)]:
+                        ("greedy", greedy), ("greedy_top_ids", greedy_top_ids),
+                        ("greedy_top_logprobs", greedy_top_logprobs)]:
         np.save(out / f"{name}.npy", array)
     print(f"corpus: {len(text)} characters, {ids.size} tokens; wrote {out}")
 

@@ -1,0 +1,287 @@
+// Tests of the engine on a real pretrained LLM, SmolLM2-135M-Instruct (its GGUF file, fetched by
+// scripts/get_model.sh), against llama.cpp's reference committed in
+// examples/engine/smollm2/llama_cpp/ (tools/smollm2/llama_cpp_reference.py wrote it): the
+// tokenizer's ids, next-token agreement and KL divergence on 64-, 1,024- and 4,096-token prompts,
+// decode over a razorkv cache along llama.cpp's generation; calibration reproducing the committed
+// plan; and razor against the full cache, random heads and StreamingLLM on hidden passphrases.
+#include <gtest/gtest.h>
+
+#include <razorkv/eval.hpp>
+#include <razorkv/io/json.hpp>
+#include <razorkv/io/npy.hpp>
+#include <razorkv/io/plan_files.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/smollm2.hpp"
+
+namespace {
+
+using razorkv::index_t;
+
+const std::string kDir = std::string(RAZORKV_SOURCE_DIR) + "/examples/engine/smollm2";
+const std::string kReference = kDir + "/llama_cpp";
+
+const tiny_llama::gguf_model& smollm2() {
+  static const tiny_llama::gguf_model m = tiny_llama::gguf_model::load(RAZORKV_SMOLLM2_GGUF);
+  return m;
+}
+
+std::vector<int> read_ids(const std::string& name) {
+  const std::vector<std::int64_t> ids =
+      razorkv::io::read_npy(kReference + "/" + name).to<std::int64_t>();
+  return std::vector<int>(ids.begin(), ids.end());
+}
+
+// How the engine's next-token distribution at one position compares with llama.cpp's, given
+// llama.cpp's `k` most likely tokens and their log-probabilities there.
+struct position_check {
+  bool same_top = false;  ///< both pick the same most likely token
+  double margin = 0;      ///< llama.cpp's lead of its first choice over its second (nats)
+  /// KL(llama.cpp || engine) over llama.cpp's k tokens and the rest of the probability as one
+  /// bucket: it can only understate the divergence over the whole vocabulary.
+  double kl = 0;
+};
+
+position_check check_position(const Eigen::VectorXf& logits, const int* top, const float* top_lp,
+                              index_t k) {
+  const Eigen::VectorXd x = logits.cast<double>();
+  const double top_x = x.maxCoeff();
+  const double lse = top_x + std::log((x.array() - top_x).exp().sum());
+  Eigen::Index best = 0;
+  x.maxCoeff(&best);
+  position_check c;
+  c.same_top = best == top[0];
+  c.margin = static_cast<double>(top_lp[0]) - static_cast<double>(top_lp[1]);
+  double p_in = 0, q_in = 0;
+  for (index_t j = 0; j < k; ++j) {
+    const double lp = top_lp[j], lq = x[top[j]] - lse;
+    c.kl += std::exp(lp) * (lp - lq);
+    p_in += std::exp(lp);
+    q_in += std::exp(lq);
+  }
+  if (p_in < 1 && q_in < 1) c.kl += (1 - p_in) * std::log((1 - p_in) / (1 - q_in));
+  return c;
+}
+
+TEST(RazorkvSmolLM2, ReadsTheModelsShapeFromItsFile) {
+  const tiny_llama::config& c = smollm2().weights.cfg();
+  EXPECT_EQ(c.num_layers, 30);
+  EXPECT_EQ(c.num_q_heads, 9);
+  EXPECT_EQ(c.num_kv_heads, 3);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.max_context, 8192);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_EQ(c.first_text_id, 17);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.rope, tiny_llama::rope_pairs::kAdjacent);
+}
+
+TEST(RazorkvSmolLM2, TokenizerIdsEqualLlamaCppsOnTheHeldOutCorpus) {
+  const tiny_llama::bpe_tokenizer& tok = smollm2().tokenizer;
+  const std::string text = tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR);
+  const std::vector<int> ids = tok.tokenize(text);
+  EXPECT_EQ(ids, read_ids("heldout_ids.npy"));
+  EXPECT_EQ(tok.detokenize(ids), text);
+
+  // Short texts beyond the corpus (digits, contractions, Unicode letters and numbers, runs of
+  // spaces), one per line with \n and \t escaped; llama.cpp's ids end each with -1.
+  std::ifstream in(kReference + "/tokenizer_samples.txt", std::ios::binary);
+  const std::vector<int> want = read_ids("tokenizer_samples.npy");
+  std::size_t at = 0;
+  int samples = 0;
+  for (std::string line; std::getline(in, line); ++samples) {
+    std::string sample;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == 't')) {
+        sample += line[++i] == 'n' ? '\n' : '\t';
+      } else {
+        sample += line[i];
+      }
+    }
+    std::vector<int> expected;
+    while (at < want.size() && want[at] != -1) expected.push_back(want[at++]);
+    ++at;
+    EXPECT_EQ(tok.tokenize(sample), expected) << sample;
+    EXPECT_EQ(tok.detokenize(tok.tokenize(sample)), sample);
+  }
+  EXPECT_EQ(samples, 4);
+  EXPECT_EQ(at, want.size());
+  // Control tokens are text unless asked for.
+  EXPECT_EQ(tok.tokenize("<|im_start|>user", true).front(), 1);
+  EXPECT_GT(tok.tokenize("<|im_start|>user").size(), 2u);
+}
+
+// llama.cpp's next-token distribution against the engine's: greedy agreement at every position
+// and KL(llama.cpp || engine), from llama.cpp's 32 most likely tokens and the rest of the
+// probability as one bucket (which can only understate the KL divergence), on three prompts.
+TEST(RazorkvSmolLM2, LogitsAgreeWithLlamaCpp) {
+  const razorkv::io::npy_array prompts = razorkv::io::read_npy(kReference + "/prompt_tokens.npy");
+  const std::vector<int> prompt_ids = read_ids("prompt_tokens.npy");
+  const std::vector<int> top = read_ids("top_ids.npy");
+  const std::vector<float> top_lp =
+      razorkv::io::read_npy(kReference + "/top_logprobs.npy").to<float>();
+  const std::vector<float> last =
+      razorkv::io::read_npy(kReference + "/last_logits.npy").to<float>();
+  const index_t longest = prompts.shape[1], k = 32, vocab = smollm2().weights.cfg().vocab_size;
+  for (index_t p = 0; p < prompts.shape[0]; ++p) {
+    std::vector<int> tokens;
+    for (index_t i = 0; i < longest && prompt_ids[static_cast<std::size_t>(p * longest + i)] >= 0;
+         ++i)
+      tokens.push_back(prompt_ids[static_cast<std::size_t>(p * longest + i)]);
+    const index_t n = static_cast<index_t>(tokens.size());
+    const tiny_llama::prefill_state state = smollm2().weights.prefill(tokens, true);
+    index_t agree = 0, confident = 0, confident_agree = 0;
+    double kl_sum = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const std::size_t base = static_cast<std::size_t>((p * longest + i) * k);
+      const position_check c =
+          check_position(state.logits.row(i).transpose(), &top[base], &top_lp[base], k);
+      agree += c.same_top ? 1 : 0;
+      // Positions where llama.cpp's first choice leads its second by 0.25 nats or more.
+      if (c.margin >= 0.25) {
+        ++confident;
+        confident_agree += c.same_top ? 1 : 0;
+      }
+      kl_sum += c.kl;
+    }
+    // The last position's whole distribution: its exact KL divergence.
+    const Eigen::VectorXd x = state.logits.row(n - 1).cast<double>().transpose();
+    Eigen::VectorXd y(vocab);
+    for (index_t v = 0; v < vocab; ++v) y[v] = last[static_cast<std::size_t>(p * vocab + v)];
+    const auto log_softmax = [](const Eigen::VectorXd& z) {
+      const double m = z.maxCoeff();
+      return Eigen::VectorXd(z.array() - m - std::log((z.array() - m).exp().sum()));
+    };
+    const Eigen::VectorXd lx = log_softmax(x), ly = log_softmax(y);
+    const double last_kl = (ly.array().exp() * (ly - lx).array()).sum();
+    const double agreement = static_cast<double>(agree) / static_cast<double>(n);
+    const double mean_kl = kl_sum / static_cast<double>(n);
+    std::printf(
+        "prompt of %lld tokens: greedy agreement %.4f (%lld of %lld), %.4f where llama.cpp "
+        "leads by >= 0.25 nats (%lld positions); mean KL %.5f nats; last position's "
+        "exact KL %.5f\n",
+        static_cast<long long>(n), agreement, static_cast<long long>(agree),
+        static_cast<long long>(n),
+        static_cast<double>(confident_agree) / static_cast<double>(confident),
+        static_cast<long long>(confident), mean_kl, last_kl);
+    EXPECT_LT(mean_kl, 0.01) << n;
+    EXPECT_LT(last_kl, 0.05) << n;
+    EXPECT_GE(agreement, 0.93) << n;
+    EXPECT_GE(static_cast<double>(confident_agree) / static_cast<double>(confident), 0.99) << n;
+  }
+}
+
+// Decode over razorkv's full cache, one token at a time: the 64-token prompt, then llama.cpp's
+// 64 greedily generated tokens fed back, its distribution before each of them compared with the
+// engine's; and how far the engine's own greedy generation follows llama.cpp's.
+TEST(RazorkvSmolLM2, DecodeFollowsLlamaCppsGeneration) {
+  const std::vector<int> prompt_ids = read_ids("prompt_tokens.npy");
+  const std::vector<int> greedy = read_ids("greedy.npy");
+  const std::vector<int> top = read_ids("greedy_top_ids.npy");
+  const std::vector<float> top_lp =
+      razorkv::io::read_npy(kReference + "/greedy_top_logprobs.npy").to<float>();
+  const tiny_llama::model& m = smollm2().weights;
+  const index_t prompt = 64, generated = 64, k = 32;
+  const auto fresh_cache = [&] {
+    return razorkv::dense_kv_cache<float>(m.cfg().num_layers, m.cfg().num_kv_heads,
+                                          m.cfg().head_dim());
+  };
+  razorkv::dense_kv_cache<float> cache = fresh_cache();
+  Eigen::VectorXf logits;
+  for (index_t i = 0; i < prompt; ++i)
+    logits = m.decode(cache, prompt_ids[static_cast<std::size_t>(i)], i);
+  razorkv::dense_kv_cache<float> free_running = cache;
+  Eigen::VectorXf free_logits = logits;
+  index_t agree = 0;
+  double kl_sum = 0;
+  for (index_t g = 0; g < generated; ++g) {
+    const std::size_t base = static_cast<std::size_t>(g * k);
+    const position_check c = check_position(logits, &top[base], &top_lp[base], k);
+    agree += c.same_top ? 1 : 0;
+    kl_sum += c.kl;
+    logits = m.decode(cache, greedy[static_cast<std::size_t>(g)], prompt + g);
+  }
+  index_t followed = 0;
+  for (index_t g = 0; g < generated; ++g) {
+    Eigen::Index best = 0;
+    free_logits.maxCoeff(&best);
+    if (static_cast<int>(best) != greedy[static_cast<std::size_t>(g)]) break;
+    ++followed;
+    free_logits = m.decode(free_running, static_cast<int>(best), prompt + g);
+  }
+  std::printf(
+      "decode before llama.cpp's 64 generated tokens: greedy agreement %lld of 64, mean KL "
+      "%.5f nats; the engine's own greedy generation equals llama.cpp's for %lld tokens\n",
+      static_cast<long long>(agree), kl_sum / static_cast<double>(generated),
+      static_cast<long long>(followed));
+  EXPECT_LT(kl_sum / static_cast<double>(generated), 0.01);
+  EXPECT_GE(agree, 58);
+}
+
+TEST(RazorkvSmolLM2, CalibrationReproducesTheCommittedPlan) {
+  const tiny_llama::model& m = smollm2().weights;
+  const razorkv::probe probe(tiny_llama::probe_config_for(m.cfg()));
+  EXPECT_EQ(probe.length(), 8192);
+  const razorkv::head_scores scores = tiny_llama::score_heads(m, probe);
+  const auto committed =
+      razorkv::io::head_scores_from_json(razorkv::io::read_text_file(kDir + "/scores.json"));
+  const razorkv::head_plan plan = razorkv::select_retrieval_heads(scores, m.cfg().head_dim(), {});
+  const razorkv::head_plan want =
+      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  EXPECT_EQ(plan.num_retrieval(), 14);
+  for (index_t l = 0; l < m.cfg().num_layers; ++l) {
+    EXPECT_EQ(plan.retrieval_heads(l), want.retrieval_heads(l)) << "layer " << l;
+    for (index_t h = 0; h < m.cfg().num_q_heads; ++h) {
+      EXPECT_NEAR(scores.echo(l, h), committed.echo(l, h), 1e-4) << l << ", " << h;
+      EXPECT_NEAR(scores.induction(l, h), committed.induction(l, h), 1e-4) << l << ", " << h;
+    }
+  }
+}
+
+// Five-digit passphrases at six depths of 3,000-token documents (a task the full cache solves:
+// 20 of 20 in razorkv_smollm2_needles' run), each cache but full at a third of its memory: the
+// calibrated retrieval heads must recall at least as many as the same number of random heads
+// and as StreamingLLM, at the same memory.
+TEST(RazorkvSmolLM2, CalibratedHeadsRecallWhatRandomHeadsAndStreamingLLMMiss) {
+  const tiny_llama::gguf_model& m = smollm2();
+  const razorkv::head_plan plan =
+      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const std::string text = tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR);
+  const razorkv::policy policies[] = {
+      razorkv::full_policy(), razorkv::razor_policy("razor", plan),
+      razorkv::razor_policy("random heads",
+                            razorkv::random_plan(m.weights.shape(), plan.num_retrieval(), 1)),
+      razorkv::streaming_llm_policy()};
+  constexpr int kPolicies = 4, kTrials = 6;
+  std::mt19937_64 rng(3);
+  int recalled[kPolicies] = {};
+  for (int i = 0; i < kTrials; ++i) {
+    const double depth = (i + 0.5) / kTrials;
+    const tiny_llama::passphrase_trial t = tiny_llama::make_passphrase_trial(
+        m, text, 3000, depth, rng, tiny_llama::passphrase_kind::kNumber);
+    const tiny_llama::prefill_state state = m.weights.prefill(t.document, false);
+    const razorkv::prompt_kv<float> prompt = m.weights.prompt_of(state);
+    for (int p = 0; p < kPolicies; ++p) {
+      razorkv::any_kv_cache<float> cache = razorkv::compress_prompt(
+          policies[p], prompt, razorkv::memory_budget::fraction_of_full(1.0 / 3.0));
+      const std::string answer = tiny_llama::answer_passphrase(m, cache, t);
+      recalled[p] += tiny_llama::recalls_passphrase(answer, t.passphrase) ? 1 : 0;
+      std::printf("depth %.2f %-13s \"%s\" (%s)\n", depth, policies[p].name.c_str(), answer.c_str(),
+                  t.passphrase.c_str());
+    }
+  }
+  std::printf("recalled of %d: full %d, razor %d, random heads %d, streaming_llm %d\n", kTrials,
+              recalled[0], recalled[1], recalled[2], recalled[3]);
+  EXPECT_GE(recalled[0], kTrials - 1);
+  EXPECT_GE(recalled[1], recalled[2]);
+  EXPECT_GE(recalled[1], recalled[3]);
+  EXPECT_GT(recalled[1], 0);
+}
+
+}  // namespace
