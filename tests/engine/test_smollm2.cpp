@@ -224,6 +224,61 @@ TEST(RazorkvSmolLM2, DecodeFollowsLlamaCppsGeneration) {
   EXPECT_GE(agree, 58);
 }
 
+// The engine's other paths on the real model: a batch of sequences of different lengths decoded
+// together equals each decoded alone, and chunked prefill into a razor cache whose window holds
+// the whole prompt is the dense prefill.
+TEST(RazorkvSmolLM2, BatchedDecodeAndChunkedPrefillMatchTheDensePaths) {
+  const tiny_llama::model& m = smollm2().weights;
+  const std::vector<int> all = read_ids("prompt_tokens.npy");
+  const std::vector<int> ids(all.begin() + 2 * 4096, all.end());  // the 4,096-token prompt
+  const auto dense_cache = [&] {
+    return razorkv::dense_kv_cache<float>(m.cfg().num_layers, m.cfg().num_kv_heads,
+                                          m.cfg().head_dim());
+  };
+  std::vector<razorkv::dense_kv_cache<float>> alone, together;
+  for (int b = 0; b < 2; ++b) {
+    alone.push_back(dense_cache());
+    together.push_back(dense_cache());
+  }
+  const index_t lengths[] = {40, 17};
+  index_t steps = 0;
+  for (index_t step = 0; step < 40; ++step) {
+    std::vector<razorkv::dense_kv_cache<float>*> batch;
+    std::vector<int> tokens;
+    std::vector<index_t> positions;
+    std::vector<Eigen::VectorXf> single;
+    for (int b = 0; b < 2; ++b) {
+      if (step >= lengths[b]) continue;
+      const int token = ids[static_cast<std::size_t>(100 * b + step)];
+      single.push_back(m.decode(alone[static_cast<std::size_t>(b)], token, step));
+      batch.push_back(&together[static_cast<std::size_t>(b)]);
+      tokens.push_back(token);
+      positions.push_back(step);
+    }
+    const tiny_llama::row_matrix logits = m.decode_batch(batch, tokens, positions);
+    for (std::size_t r = 0; r < single.size(); ++r) {
+      const float scale = single[r].cwiseAbs().maxCoeff();
+      EXPECT_LE((logits.row(static_cast<index_t>(r)).transpose() - single[r]).cwiseAbs().maxCoeff(),
+                1e-4f * scale)
+          << "step " << step;
+    }
+    ++steps;
+  }
+  EXPECT_EQ(steps, 40);
+
+  const std::vector<int> prompt(ids.begin(), ids.begin() + 200);
+  const tiny_llama::prefill_state dense = m.prefill(prompt, false);
+  const razorkv::head_plan plan =
+      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  razorkv::razor_config keep_all;
+  keep_all.s0 = 200;
+  razorkv::razor_kv_cache<float> cache(plan, keep_all);
+  const Eigen::VectorXf chunked = m.prefill_chunked(cache, prompt, 64);
+  const Eigen::VectorXf want = dense.logits.row(0).transpose();
+  EXPECT_LE((chunked - want).cwiseAbs().maxCoeff(), 1e-4f * want.cwiseAbs().maxCoeff());
+  EXPECT_EQ(cache.kv_bytes(), cache.dense_kv_bytes());
+}
+
 TEST(RazorkvSmolLM2, CalibrationReproducesTheCommittedPlan) {
   const tiny_llama::model& m = smollm2().weights;
   const razorkv::probe probe(tiny_llama::probe_config_for(m.cfg()));
