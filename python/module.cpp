@@ -33,6 +33,15 @@ razorkv::dtype storage_dtype(const py::array& a, const std::string& declared, co
   const py::dtype d = a.dtype();
   const char kind = d.kind();
   const auto size = d.itemsize();
+  // razorkv reads elements in the machine's byte order; a swapped array would read as other
+  // numbers, silently.
+  const std::string order = d.attr("byteorder").cast<std::string>();
+  const std::uint16_t probe = 1;
+  const bool little = *reinterpret_cast<const unsigned char*>(&probe) == 1;
+  RAZORKV_CHECK(order == "=" || order == "|" || order == (little ? "<" : ">"), kInvalidArgument,
+                name, ": dtype ", d.attr("str").cast<std::string>(), " is ",
+                order == ">" ? "big" : "little", "-endian, not this machine's byte order; ",
+                "convert it first (a.astype(a.dtype.newbyteorder('=')))");
   if (declared == "bfloat16") {
     RAZORKV_CHECK((kind == 'i' || kind == 'u') && size == 2, kInvalidArgument, name,
                   ": a bfloat16 array must be carried as 16-bit integers, got ",

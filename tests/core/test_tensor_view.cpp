@@ -6,6 +6,7 @@
 #include <razorkv/core/tensor_view.hpp>
 
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -134,6 +135,20 @@ TEST(RazorkvViews, BadExtentsAreNamedErrors) {
   expect_error([&] { layer_view<float>::nhd(x, 2, 2, 4).head(2); }, errc::kOutOfRange, "head (2)");
   expect_error([&] { layer_view<float>::nhd(x, 2, 2, 4).token(-1); }, errc::kOutOfRange,
                "token (-1)");
+  // Extents whose products or last offset do not fit index_t are overflow errors, not views
+  // that index past what they claim.
+  constexpr razorkv::index_t kHuge = razorkv::index_t{1} << 40;
+  expect_error([&] { layer_view<float>::nhd(x, 1, kHuge, kHuge); }, errc::kOverflow,
+               "layer_view::nhd: heads * head_dim");
+  expect_error([&] { layer_view<float>::hnd(x, 1, 2, kHuge, kHuge); }, errc::kOverflow,
+               "layer_view::hnd: token_capacity * head_dim");
+  expect_error([&] { layer_view<float>::nhd(x, kHuge, 2, 4, kHuge); }, errc::kOverflow,
+               "layer_view: (tokens - 1) * token_stride");
+  expect_error([&] { layer_view<float>(x, 2, kHuge, 4, 4, kHuge); }, errc::kOverflow,
+               "layer_view: (heads - 1) * head_stride");
+  const razorkv::index_t max = std::numeric_limits<razorkv::index_t>::max();
+  expect_error([&] { layer_view<float>(x, 2, 1, 8, max - 4, 8); }, errc::kOverflow,
+               "layer_view: the last element's offset");
   // Empty views with null data are fine.
   EXPECT_NO_THROW(matrix_view<float>(nullptr, 0, 4));
   EXPECT_NO_THROW(layer_view<float>::nhd(nullptr, 0, 2, 4).head(1));

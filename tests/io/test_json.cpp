@@ -123,6 +123,18 @@ TEST(RazorkvIo, MalformedDocumentsAreNamedErrors) {
                        kParseError, "kv head 1 listed twice");
   RAZORKV_EXPECT_ERROR(head_plan_from_json(header + R"("num_layers": 1, "retrieval": [["1"]]})"),
                        kParseError, "is not an integer");
+  // A shape of 2^48 cells in a few bytes is an error before anything the size of the shape is
+  // allocated (it used to cost gigabytes, or end in std::bad_alloc).
+  RAZORKV_EXPECT_ERROR(
+      head_plan_from_json(
+          R"({"format": "razorkv.head_plan", "version": 1, "num_query_heads": 16777216, )"
+          R"("num_kv_heads": 16777216, "head_dim": 1, "num_layers": 16777216, "retrieval": []})"),
+      kOverflow, "head_plan: num_layers (16777216) x num_query_heads (16777216) exceeds 1048576");
+  RAZORKV_EXPECT_ERROR(
+      razorkv::io::head_scores_from_json(
+          R"({"format": "razorkv.head_scores", "version": 1, "num_query_heads": 16777216, )"
+          R"("num_kv_heads": 1, "num_layers": 4096, "echo": [], "induction": []})"),
+      kParseError, "\"echo\" must be a list of num_layers (4096) lists");
   RAZORKV_EXPECT_ERROR(
       head_plan_from_json(
           header + R"("num_layers": 1, "retrieval": [[]], "buffer_override": {"0": {"9": 5}}})"),

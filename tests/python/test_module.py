@@ -117,6 +117,13 @@ def scores_with_favourites(layers=3, query_heads=4, kv_heads=2):
 
 
 class Plans(unittest.TestCase):
+    def test_a_shape_beyond_the_cell_cap_is_an_error_not_a_crash(self):
+        # 2^32 x 2^32 cells wrapped to 0, and set_retrieval then wrote past an empty vector.
+        with self.assertRaisesRegex(razorkv.Error, "exceeds 1048576 cells"):
+            razorkv.HeadPlan((2**32, 2**32, 2**32, 1)).set_retrieval(1, 3)
+        with self.assertRaisesRegex(razorkv.Error, "exceeds 1048576 cells"):
+            razorkv.HeadScores(2**20, 2, 1)
+
     def test_selection_keeps_the_strongest_group(self):
         plan = razorkv.select(scores_with_favourites(), head_dim=64, induction_ratio=0.2,
                               echo_ratio=0.0)
@@ -227,6 +234,17 @@ class RazorCache(unittest.TestCase):
         self.n = 64
         self.keys = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
         self.values = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
+
+    def test_byte_swapped_arrays_are_an_error_not_other_numbers(self):
+        cache = razorkv.RazorCache(self.plan, "float32", self.config)
+        swapped = self.keys[0].astype(">f4")
+        with self.assertRaisesRegex(razorkv.Error, "dtype >f4 is big-endian, not this machine's"):
+            cache.compress_layer(0, swapped, self.values[0])
+        with self.assertRaisesRegex(razorkv.Error, "big-endian"):
+            razorkv.score_queries_keys(razorkv.Probe(period=4, repeats=2, vocab_max=100),
+                                       np.zeros((8, 2, 16), ">f4"), np.zeros((8, 2, 16), ">f4"))
+        cache.compress_layer(0, swapped.astype(swapped.dtype.newbyteorder("=")), self.values[0])
+        self.assertEqual(cache.num_tokens(0), self.n)
 
     def test_decode_is_full_attention_on_retrieval_heads_and_the_razor_rule_elsewhere(self):
         cache = razorkv.RazorCache(self.plan, "float32", self.config)

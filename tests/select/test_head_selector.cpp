@@ -148,4 +148,13 @@ TEST(RazorkvSelect, BadConfigsAreNamedErrors) {
                        "head_dim (0)");
 }
 
+TEST(RazorkvSelect, APlanShapeBeyondTheCellCapIsAnOverflowError) {
+  // 2^32 layers x 2^32 heads wrapped to 0 cells, and set_retrieval wrote past an empty vector.
+  constexpr razorkv::index_t k32 = razorkv::index_t{1} << 32;
+  RAZORKV_EXPECT_ERROR(razorkv::head_plan(razorkv::model_shape{k32, k32, k32, 1}), kOverflow,
+                       "head_plan: num_layers (4294967296) x num_query_heads (4294967296)");
+  RAZORKV_EXPECT_ERROR(razorkv::head_scores(1 << 20, 2, 1), kOverflow, "exceeds 1048576 cells");
+  EXPECT_NO_THROW(razorkv::head_plan(razorkv::model_shape{1 << 10, 1 << 10, 1, 8}));
+}
+
 }  // namespace

@@ -51,6 +51,24 @@ struct model_shape {
   index_t num_layers = 0, num_query_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
 
+/// The most (layer, head) cells a plan or a score table holds: 2^20, far above any model's
+/// (the largest have about 10^4 query heads in all). A larger shape is an error naming it, not
+/// a wrapped-around count or gigabytes allocated from a few bytes of a file.
+inline constexpr index_t kMaxModelCells = index_t{1} << 20;
+
+namespace detail {
+
+/// layers * heads, checked against kMaxModelCells (kOverflow naming both); both are > 0.
+inline index_t model_cells(index_t layers, index_t heads, const char* where,
+                           const char* heads_name) {
+  RAZORKV_CHECK(heads <= kMaxModelCells && layers <= kMaxModelCells / heads, kOverflow, where,
+                ": num_layers (", layers, ") x ", heads_name, " (", heads, ") exceeds ",
+                kMaxModelCells, " cells");
+  return layers * heads;
+}
+
+}  // namespace detail
+
 /// The retrieval decision for every (layer, kv head) of a model.
 class head_plan {
  public:
@@ -77,7 +95,10 @@ class head_plan {
                   ") is not a positive multiple of num_kv_heads (", shape.num_kv_heads, ")");
     RAZORKV_CHECK(shape.head_dim > 0, kInvalidArgument, "head_plan: head_dim (", shape.head_dim,
                   ") must be > 0");
-    const auto cells = static_cast<std::size_t>(shape.num_layers * shape.num_kv_heads);
+    const auto cells =
+        static_cast<std::size_t>(detail::model_cells(shape.num_layers, shape.num_query_heads,
+                                                     "head_plan", "num_query_heads") /
+                                 (shape.num_query_heads / shape.num_kv_heads));
     retrieval_.assign(cells, false);
     buffer_.assign(cells, 0);
   }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <type_traits>
 
 #include "razorkv/config.hpp"
@@ -128,6 +129,13 @@ class layer_view {
                   ")");
     RAZORKV_CHECK(tokens == 0 || data != nullptr, kInvalidArgument,
                   "layer_view: data is null with tokens (", tokens, ") > 0");
+    // The offset of the last element must fit index_t, or indexing the view wraps around.
+    if (tokens > 0) {
+      add(add(product(tokens - 1, token_stride, "layer_view: (tokens - 1) * token_stride"),
+              product(heads - 1, head_stride, "layer_view: (heads - 1) * head_stride"),
+              "layer_view: the last element's offset"),
+          head_dim, "layer_view: the last element's offset");
+    }
     data_ = data;
     tokens_ = tokens;
     heads_ = heads;
@@ -141,7 +149,10 @@ class layer_view {
   static layer_view nhd(T* data, index_t tokens, index_t heads, index_t head_dim,
                         index_t token_stride = -1) {
     return layer_view(data, tokens, heads, head_dim,
-                      token_stride < 0 ? heads * head_dim : token_stride, head_dim);
+                      token_stride < 0
+                          ? product(heads, head_dim, "layer_view::nhd: heads * head_dim")
+                          : token_stride,
+                      head_dim);
   }
   /// [heads, token_capacity, head_dim]: each head's tokens adjacent, heads token_capacity rows
   /// apart (token_capacity >= tokens; defaults to tokens).
@@ -150,7 +161,8 @@ class layer_view {
     const index_t capacity = token_capacity < 0 ? tokens : token_capacity;
     RAZORKV_CHECK(capacity >= tokens, kInvalidArgument, "layer_view::hnd: token_capacity (",
                   capacity, ") must be >= tokens (", tokens, ")");
-    return layer_view(data, tokens, heads, head_dim, head_dim, capacity * head_dim);
+    return layer_view(data, tokens, heads, head_dim, head_dim,
+                      product(capacity, head_dim, "layer_view::hnd: token_capacity * head_dim"));
   }
 
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
@@ -192,6 +204,19 @@ class layer_view {
   }
 
  private:
+  // a * b and a + b for the view's extents, kOverflow naming `what` when they do not fit; a
+  // negative operand is left to the constructor's checks, which name it.
+  static index_t product(index_t a, index_t b, const char* what) {
+    RAZORKV_CHECK(a <= 0 || b <= 0 || a <= std::numeric_limits<index_t>::max() / b, kOverflow, what,
+                  ": ", a, " * ", b, " overflows");
+    return a * b;
+  }
+  static index_t add(index_t a, index_t b, const char* what) {
+    RAZORKV_CHECK(a < 0 || b < 0 || a <= std::numeric_limits<index_t>::max() - b, kOverflow, what,
+                  ": ", a, " + ", b, " overflows");
+    return a + b;
+  }
+
   T* data_ = nullptr;         // element (t, h, d) at data_ + t*token_stride_ + h*head_stride_ + d
   index_t tokens_ = 0;        // number of tokens
   index_t heads_ = 0;         // number of heads

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "razorkv/config.hpp"
+#include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 
@@ -30,7 +31,8 @@ class head_scores {
     RAZORKV_CHECK(num_kv_heads > 0 && num_query_heads % num_kv_heads == 0, kShapeMismatch,
                   "head_scores: num_query_heads (", num_query_heads,
                   ") is not a positive multiple of num_kv_heads (", num_kv_heads, ")");
-    const auto cells = static_cast<std::size_t>(num_layers * num_query_heads);
+    const auto cells = static_cast<std::size_t>(
+        detail::model_cells(num_layers, num_query_heads, "head_scores", "num_query_heads"));
     echo_.assign(cells, 0.0);
     induction_.assign(cells, 0.0);
     filled_.assign(static_cast<std::size_t>(num_layers), false);
