@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -429,12 +430,17 @@ class py_cache {
       std::variant<Cache<float>, Cache<double>, Cache<Eigen::half>, Cache<Eigen::bfloat16>>;
   explicit py_cache(variant cache) : cache_(std::move(cache)) {}
 
+  /// f(the cache), alone: every call on one cache runs while no other thread's call on it does
+  /// (the binding releases the GIL inside the long ones, and a release or append beside a decode
+  /// would free what the decode reads).
   template <class F>
   decltype(auto) visit(F&& f) {
+    const auto lock = lock_cache();
     return std::visit(std::forward<F>(f), cache_);
   }
   template <class F>
   decltype(auto) visit(F&& f) const {
+    const auto lock = lock_cache();
     return std::visit(std::forward<F>(f), cache_);
   }
 
@@ -491,7 +497,24 @@ class py_cache {
   }
 
  private:
+  // Waits for the cache with the GIL released when this thread holds it: the thread inside
+  // may need the GIL to finish its call.
+  std::unique_lock<std::recursive_mutex> lock_cache() const {
+    std::unique_lock<std::recursive_mutex> lock(*mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      if (PyGILState_Check() != 0) {
+        py::gil_scoped_release unlocked;
+        lock.lock();
+      } else {
+        lock.lock();
+      }
+    }
+    return lock;
+  }
+
   variant cache_;
+  // On the heap, so that the cache moves (the binding returns it by value).
+  std::unique_ptr<std::recursive_mutex> mutex_ = std::make_unique<std::recursive_mutex>();
 };
 
 using baseline_cache = py_cache<any_cache_t>;

@@ -235,6 +235,68 @@ class RazorCache(unittest.TestCase):
         self.keys = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
         self.values = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
 
+    def test_threads_sharing_a_cache_never_crash_and_never_both_compress_a_layer(self):
+        # Caches large enough that a decode or a compression takes milliseconds with the GIL
+        # released, and that their blocks are mapped pages a release gives back to the system:
+        # a release beside a decode read unmapped memory (a segfault), and two compressions of
+        # one layer both "succeeded".
+        import threading
+        plan = razorkv.HeadPlan((1, 8, 4, 64))
+        plan.set_retrieval(0, 1)
+        keys = rng.standard_normal((16384, 4, 64)).astype(np.float32)
+        values = rng.standard_normal((16384, 4, 64)).astype(np.float32)
+        q = rng.standard_normal((8, 64)).astype(np.float32)
+        cache = razorkv.RazorCache(plan, "float32", razorkv.RazorConfig(s0=8192, c=2.0))
+        start = threading.Barrier(3)
+        outcomes = []
+
+        def decode_many():
+            start.wait()
+            for _ in range(100):
+                try:
+                    cache.decode(0, q)
+                    outcomes.append("decoded")
+                except razorkv.Error:
+                    outcomes.append("error")
+
+        def compress_release_clear():
+            start.wait()
+            for _ in range(20):
+                try:
+                    cache.compress_layer(0, keys, values)
+                except razorkv.Error:
+                    pass
+                cache.release()
+                cache.clear()
+
+        threads = [threading.Thread(target=decode_many) for _ in range(2)]
+        threads.append(threading.Thread(target=compress_release_clear))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(len(outcomes), 200)
+
+        for _ in range(5):
+            cache = razorkv.RazorCache(plan, "float32", razorkv.RazorConfig(s0=8192, c=2.0))
+            both = threading.Barrier(2)
+            results = []
+
+            def compress():
+                both.wait()
+                try:
+                    cache.compress_layer(0, keys, values)
+                    results.append("ok")
+                except razorkv.Error as e:
+                    results.append(str(e))
+
+            pair = [threading.Thread(target=compress) for _ in range(2)]
+            for t in pair:
+                t.start()
+            for t in pair:
+                t.join()
+            self.assertEqual(results.count("ok"), 1, results)
+
     def test_byte_swapped_arrays_are_an_error_not_other_numbers(self):
         cache = razorkv.RazorCache(self.plan, "float32", self.config)
         swapped = self.keys[0].astype(">f4")
