@@ -179,7 +179,6 @@ inline void model::check_config(const std::string& what) const {
 }
 
 inline model model::load_gguf(const razorkv::io::gguf_file& file) {
-  using razorkv::io::gguf_value_type;
   const std::string arch = file.value("general.architecture").as_string("general.architecture");
   RAZORKV_CHECK(arch == "llama", kInvalidArgument, "tiny_llama::load: general.architecture \"",
                 arch, "\" is not \"llama\"");
@@ -218,13 +217,12 @@ inline model model::load_gguf(const razorkv::io::gguf_file& file) {
   }
   m.check_config("the GGUF file's llama.* metadata");
   const index_t d = c.d_model, hd = c.head_dim();
-  RAZORKV_CHECK(
-      !file.contains("llama.rope.dimension_count") || count("llama.rope.dimension_count") == hd,
-      kInvalidArgument, "tiny_llama::load: llama.rope.dimension_count (",
-      file.contains("llama.rope.dimension_count")
-          ? file.value("llama.rope.dimension_count").as_int("")
-          : 0,
-      ") is not head_dim (", hd, "): partial rotary embeddings are not supported");
+  if (file.contains("llama.rope.dimension_count")) {
+    const index_t rotary = count("llama.rope.dimension_count");
+    RAZORKV_CHECK(rotary == hd, kInvalidArgument, "tiny_llama::load: llama.rope.dimension_count (",
+                  rotary, ") is not head_dim (", hd,
+                  "): partial rotary embeddings are not supported");
+  }
   // GGUF dims are innermost first: a weight of dims {in, out} is out rows of in, as PyTorch's.
   const auto matrix = [&](const std::string& name, index_t rows, index_t cols) {
     const std::vector<float> data = file.to_float(name, {cols, rows});
