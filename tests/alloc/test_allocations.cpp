@@ -7,9 +7,12 @@
 #include <razorkv/cache/attention_weights.hpp>
 #include <razorkv/cache/dense_cache.hpp>
 #include <razorkv/compress/razor_cache.hpp>
+#include <razorkv/compress/razor_state.hpp>
 #include <razorkv/policies/h2o.hpp>
 #include <razorkv/policies/observed_attention.hpp>
 #include <razorkv/policies/selected_cache.hpp>
+
+#include <malloc.h>
 
 #include <atomic>
 #include <cstddef>
@@ -18,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "support/strong_guarantee.hpp"
 #include "support/test_support.hpp"
 
 // glibc's allocator under its internal names: the replacements count, then forward.
@@ -31,28 +35,43 @@ void __libc_free(void*);
 
 namespace {
 std::atomic<long> allocations{0}, allocated_bytes{0};
-void count_allocation(std::size_t bytes) {
+// What the heap has out, in usable bytes, and the allocation number that fails (-1: none), for
+// the strong-guarantee tests, which make each allocation of a call fail in turn.
+std::atomic<long> outstanding_bytes{0}, fail_at{-1};
+bool count_allocation(std::size_t bytes) {
+  if (allocations.load(std::memory_order_relaxed) == fail_at.load(std::memory_order_relaxed))
+    return false;
   allocations.fetch_add(1, std::memory_order_relaxed);
   allocated_bytes.fetch_add(static_cast<long>(bytes), std::memory_order_relaxed);
+  return true;
+}
+void* track(void* p) {
+  if (p != nullptr)
+    outstanding_bytes.fetch_add(static_cast<long>(malloc_usable_size(p)),
+                                std::memory_order_relaxed);
+  return p;
+}
+void untrack(void* p) {
+  if (p != nullptr)
+    outstanding_bytes.fetch_sub(static_cast<long>(malloc_usable_size(p)),
+                                std::memory_order_relaxed);
 }
 }  // namespace
 
 extern "C" {
-void* malloc(std::size_t n) {
-  count_allocation(n);
-  return __libc_malloc(n);
-}
+void* malloc(std::size_t n) { return count_allocation(n) ? track(__libc_malloc(n)) : nullptr; }
 void* calloc(std::size_t count, std::size_t n) {
-  count_allocation(count * n);
-  return __libc_calloc(count, n);
+  return count_allocation(count * n) ? track(__libc_calloc(count, n)) : nullptr;
 }
 void* realloc(void* p, std::size_t n) {
-  count_allocation(n);
-  return __libc_realloc(p, n);
+  if (!count_allocation(n)) return nullptr;
+  untrack(p);
+  void* moved = __libc_realloc(p, n);
+  track(moved != nullptr || n == 0 ? moved : p);
+  return moved;
 }
 void* memalign(std::size_t alignment, std::size_t n) {
-  count_allocation(n);
-  return __libc_memalign(alignment, n);
+  return count_allocation(n) ? track(__libc_memalign(alignment, n)) : nullptr;
 }
 void* aligned_alloc(std::size_t alignment, std::size_t n) { return memalign(alignment, n); }
 int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
@@ -61,7 +80,10 @@ int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
   *out = p;
   return 0;
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) {
+  untrack(p);
+  __libc_free(p);
+}
 }
 
 namespace {
@@ -384,6 +406,55 @@ TEST(Allocations, DenseAppendWithinTheReserveIsFree) {
   const allocation_count count;
   for (index_t t = 0; t < kSteps; ++t) cache.append(0, kv.tokens(t, 1), kv.tokens(t, 1));
   EXPECT_EQ(count(), 0);
+}
+
+// The strong guarantee against the heap, where a cache's bookkeeping comes from (the pool tests of
+// test_exception_safety.cpp fail the K/V rows' allocations): a copy assignment, a compression and
+// an append whose k-th heap allocation fails leave the razor cache's saved state as it was. A copy
+// assignment keeps no byte of a failed copy; compression and append may keep capacity they
+// reserved, so only the copy's heap is counted.
+TEST(Allocations, EveryHeapAllocationThatFailsLeavesTheRazorCacheAsItWas) {
+  std::mt19937_64 rng(76);
+  const token_source kv(kPrompt + 40, kKvHeads, kDim, rng);
+  razorkv::head_plan plan(razorkv::model_shape{2, 8, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  razorkv::razor_config config;
+  config.fixed_window = 32;
+  config.growth_rows = 8;
+  const auto build = [&](index_t prompt) {
+    razorkv::razor_kv_cache<float> cache(plan, config);
+    for (index_t l = 0; l < 2; ++l) {
+      cache.compress_layer(l, kv.tokens(0, prompt), kv.tokens(0, prompt));
+      cache.append(l, kv.tokens(prompt, 3), kv.tokens(prompt, 3));
+    }
+    return cache;
+  };
+  const auto state = [](const razorkv::razor_kv_cache<float>& cache) {
+    return razorkv::save_state(cache);
+  };
+  const auto fail = [](long k) { fail_at = k < 0 ? -1 : allocations.load() + k; };
+  const auto heap = [](const razorkv::razor_kv_cache<float>&) { return outstanding_bytes.load(); };
+  const auto kept = [](const razorkv::razor_kv_cache<float>&) { return 0L; };
+  const razorkv::razor_kv_cache<float> source = build(kPrompt);
+  using cache_t = razorkv::razor_kv_cache<float>;
+  EXPECT_GT(razorkv_test::check_strong_guarantee(
+                [&] { return build(100); }, [&](cache_t& c) { c = source; }, state, fail, heap),
+            2);
+  EXPECT_GT(
+      razorkv_test::check_strong_guarantee(
+          [&] {
+            cache_t c(plan, config);
+            c.compress_layer(0, kv.tokens(0, 50), kv.tokens(0, 50));
+            return c;
+          },
+          [&](cache_t& c) { c.compress_layer(1, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt)); },
+          state, fail, kept),
+      2);
+  EXPECT_GT(razorkv_test::check_strong_guarantee(
+                [&] { return build(200); },
+                [&](cache_t& c) { c.append(0, kv.tokens(kPrompt, 20), kv.tokens(kPrompt, 20)); },
+                state, fail, kept),
+            0);
 }
 
 }  // namespace

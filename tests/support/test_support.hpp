@@ -137,4 +137,34 @@ class span_list_cache {
 
 static_assert(razorkv::is_kv_source_v<span_list_cache<float>>);
 
+/// Everything a KV source shows through the contract, as bytes: per layer and kv head, its spans'
+/// lengths and log-weights and every key and value bit. Two sources with equal snapshots decode
+/// alike; a cache whose snapshot is unchanged after a failed call was left as it was.
+template <class S>
+std::vector<unsigned char> source_snapshot(const S& source) {
+  using T = typename S::value_type;
+  std::vector<unsigned char> bytes;
+  const auto put = [&bytes](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    bytes.insert(bytes.end(), b, b + n);
+  };
+  for (index_t l = 0; l < source.num_layers(); ++l) {
+    for (index_t h = 0; h < source.num_kv_heads(); ++h) {
+      const index_t spans = source.num_spans(l, h);
+      put(&spans, sizeof spans);
+      for (index_t i = 0; i < spans; ++i) {
+        const razorkv::kv_span<T> span = source.span(l, h, i);
+        const index_t rows = span.length();
+        put(&rows, sizeof rows);
+        put(&span.log_weight, sizeof span.log_weight);
+        for (index_t r = 0; r < rows; ++r) {
+          put(&span.keys(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
+          put(&span.values(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
+        }
+      }
+    }
+  }
+  return bytes;
+}
+
 }  // namespace razorkv_test

@@ -30,6 +30,19 @@ class cache_skeleton {
   std::pmr::memory_resource* memory_resource() const noexcept { return resource_; }
 
  protected:
+  // Copy assignment makes the whole copy first and then takes it over, so that an allocation
+  // failing half-way leaves this cache as it was: assigned member by member, the vector of
+  // layers is assigned layer by layer and a failure leaves layers of both caches. A cache built
+  // on this skeleton adds only members whose copy cannot throw (a shared plan, a config).
+  cache_skeleton(const cache_skeleton&) = default;
+  cache_skeleton(cache_skeleton&&) noexcept = default;
+  cache_skeleton& operator=(const cache_skeleton& other) {
+    if (this != &other) *this = cache_skeleton(other);
+    return *this;
+  }
+  cache_skeleton& operator=(cache_skeleton&&) noexcept = default;
+  ~cache_skeleton() = default;
+
   /// `resource`: null means std::pmr::get_default_resource().
   cache_skeleton(const char* name, index_t num_layers, index_t num_kv_heads, index_t head_dim,
                  std::pmr::memory_resource* resource)
