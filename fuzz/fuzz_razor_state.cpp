@@ -1,5 +1,6 @@
-// Fuzz target: restore_state, the loader of saved razor caches. An accepted state saves back to
-// the same bytes, and decodes and appends like any cache.
+// Fuzz target: restore_state, the loader of saved razor caches, with its default options. An
+// accepted state saves back to the same bytes, holds what save_state guarantees, and decodes and
+// appends like any cache.
 #include <razorkv/attention/decode.hpp>
 #include <razorkv/compress/razor_state.hpp>
 
@@ -11,14 +12,44 @@
 
 namespace {
 
+// What every cache save_state could have written holds, read through the public API: each head
+// accounts for every token of its layer (its entries and the tokens it folded), a retrieval head
+// folds nothing, a head that folded nothing has no compensation token and zero sums, and a head
+// of a bounded cache holds at most its sinks, its compensation token and its window.
+template <class T>
+void require_invariants(const razorkv::razor_kv_cache<T>& cache) {
+  const razorkv::razor_config& config = cache.config();
+  for (razorkv::index_t l = 0; l < cache.num_layers(); ++l) {
+    if (!cache.is_compressed(l)) continue;
+    for (razorkv::index_t h = 0; h < cache.num_kv_heads(); ++h) {
+      const razorkv::compensation_token<T> token = cache.compensation(l, h);
+      const razorkv::index_t entries = razorkv::num_entries(cache, l, h) - token.key.rows();
+      razorkv_fuzz::require(entries + token.count == cache.num_tokens(l),
+                            "every token is an entry or folded");
+      if (cache.is_retrieval(l, h)) razorkv_fuzz::require(token.count == 0, "retrieval folds none");
+      if (token.count == 0) {
+        razorkv_fuzz::require(token.key.rows() == 0, "no compensation token for nothing folded");
+        for (razorkv::index_t c = 0; token.key_sum != nullptr && c < cache.head_dim(); ++c)
+          razorkv_fuzz::require(token.key_sum[c] == 0.0 && token.value_sum[c] == 0.0,
+                                "zero sums when nothing was folded");
+      }
+      if (config.decode == razorkv::decode_mode::kBounded && !cache.is_retrieval(l, h))
+        razorkv_fuzz::require(entries <= config.sinks + cache.window(l, h),
+                              "a bounded head holds at most its sinks and window");
+    }
+  }
+}
+
 template <class T>
 void restore_and_use(const std::uint8_t* data, std::size_t size) {
   razorkv_fuzz::reject_only_with_razorkv_errors([&] {
-    razorkv::razor_kv_cache<T> cache =
-        razorkv::restore_state<T>(data, size, razorkv::index_t{16} << 20);
+    razorkv::razor_kv_cache<T> cache = razorkv::restore_state<T>(data, size);
+    razorkv_fuzz::require(cache.allocated_bytes() <= razorkv::default_max_bytes(size),
+                          "the default options bound what a state allocates");
     const std::vector<std::uint8_t> saved = razorkv::save_state(cache);
     razorkv_fuzz::require(saved.size() == size && std::memcmp(saved.data(), data, size) == 0,
                           "save_state(restore_state(bytes)) == bytes");
+    require_invariants(cache);
     const razorkv::model_shape& shape = cache.plan().shape();
     if (shape.num_query_heads * shape.head_dim > (1 << 14) ||
         shape.num_kv_heads * shape.head_dim > (1 << 14))
@@ -41,6 +72,7 @@ void restore_and_use(const std::uint8_t* data, std::size_t size) {
         cache.append(l, kv, kv);
       }
     }
+    require_invariants(cache);
   });
 }
 

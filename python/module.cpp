@@ -975,10 +975,11 @@ PYBIND11_MODULE(_razorkv, m) {
       .def_static(
           "restore_state",
           [](const py::bytes& state, const std::string& dtype,
-             razorkv::huge_page_resource* resource) {
+             razorkv::huge_page_resource* resource, std::optional<index_t> max_bytes) {
             const std::string_view bytes(state);
             razorkv::restore_options options;
             options.resource = resource;
+            options.max_bytes = max_bytes;
             return with_type(parse_dtype(dtype), [&](auto* tag) {
               using T = std::remove_pointer_t<decltype(tag)>;
               return razor_cache(razorkv::restore_state<T>(
@@ -986,7 +987,7 @@ PYBIND11_MODULE(_razorkv, m) {
             });
           },
           py::arg("state"), py::arg("dtype"), py::arg("resource") = nullptr,
-          py::keep_alive<0, 3>());
+          py::arg("max_bytes") = py::none(), py::keep_alive<0, 3>());
 
   py::class_<py_paged>(m, "_PagedKV")
       .def(py::init<std::vector<py::array>, std::vector<py::array>, const std::string&,

@@ -249,10 +249,16 @@ class RazorCache(_CacheMethods):
         return self._cache.save_state()
 
     @staticmethod
-    def restore_state(state, dtype="float32", *, resource=None):
-        """The cache save_state wrote, its K/V memory from `resource` (None: the heap)."""
+    def restore_state(state, dtype="float32", *, resource=None, max_bytes=None):
+        """The cache save_state wrote, its K/V memory from `resource` (None: the heap).
+
+        The state is checked throughout (a state save_state could not have written is a
+        razorkv.Error naming the field). `max_bytes` bounds the K/V bytes the restored cache
+        may allocate, reserved room included; None allows 64 MiB more than 8 times the state's
+        size, so that a small state cannot demand gigabytes."""
         return RazorCache(
-            None, _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype, resource))
+            None,
+            _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype, resource, max_bytes))
 
 
 class PagedKV(_Attends):

@@ -669,6 +669,69 @@ TEST(RazorkvRazorState, TheLoaderRejectsWhatSaveDidNotWrite) {
                        kInvalidArgument, "config.growth_rows (");
 }
 
+// restore_state checks what save_state guarantees, not only what it can parse: what a head dropped
+// follows from its window and the decode mode, sums of a head that dropped nothing are zero, and
+// with no max_bytes given a small state cannot make the loader allocate more than
+// default_max_bytes of its size.
+TEST(RazorkvRazorState, TheLoaderChecksTheInvariantsSaveGuarantees) {
+  std::mt19937_64 rng(1215);
+  head_plan plan(razorkv::model_shape{1, kQueryHeads, kHeads, kDim});
+  const prompt<float> layer(40, rng);
+  // The header: magic 8, version 4, dtype 4, shape 32; then the config's five i64, c, the
+  // compensation and the decode mode (u32 each), check_finite; the plan 4 * 9; the layer's flag,
+  // tokens and prompt tokens; then head 0's fields.
+  const std::size_t decode_at = 8 + 4 + 4 + 32 + 5 * 8 + 8 + 4;
+  const std::size_t head_at = decode_at + 4 + 1 + 4 * 9 + 17;
+  const auto changed = [](std::vector<std::uint8_t> bytes, std::size_t at, std::uint8_t value) {
+    bytes.at(at) = value;
+    return bytes;
+  };
+
+  // A bounded cache whose windows slid (4 tokens appended) comes back as a growing one.
+  razor_kv_cache<float> bounded(plan,
+                                config_for(compensation_mode::kWeighted, decode_mode::kBounded));
+  bounded.compress_layer(0, layer.key_view(0, 30), layer.value_view(0, 30));
+  bounded.append(0, layer.key_view(30, 4), layer.value_view(30, 4));
+  const std::vector<std::uint8_t> slid = razorkv::save_state(bounded);
+  ASSERT_EQ(slid.at(decode_at), static_cast<std::uint8_t>(decode_mode::kBounded));
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(slid, decode_at, 0)), kInvalidArgument,
+                       "restore_state: a head's dropped tokens (10) outside [6, 6]");
+  // Its first head's dropped count, 10, made 9: the sums would fold one token too few.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(slid, head_at + 8, 9)),
+                       kInvalidArgument,
+                       "restore_state: a head's dropped tokens (9) outside [10, 10]");
+
+  // A prompt the window holds whole drops nothing: its sums must be zero.
+  razor_kv_cache<float> whole(plan, config_for(compensation_mode::kWeighted, decode_mode::kAppend));
+  whole.compress_layer(0, layer.key_view(0, 8), layer.value_view(0, 8));
+  ASSERT_EQ(whole.compensation(0, 0).count, 0);
+  const std::vector<std::uint8_t> kept = razorkv::save_state(whole);
+  // Head 0's sums follow its 6 fields, mean flag, 4 sinks and 4 ring rows of K and of V.
+  const std::size_t sums_at = head_at + 6 * 8 + 1 + 2 * (4 + 4) * kDim * sizeof(float);
+  for (std::size_t at = sums_at; at < sums_at + 2 * kDim * sizeof(double); ++at)
+    ASSERT_EQ(kept.at(at), 0);
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(kept, sums_at + 7, 0x3f)),
+                       kInvalidArgument,
+                       "restore_state: layer 0 kv head 0 dropped no token but its compensation "
+                       "sums are not zero");
+
+  // Head 0's ring capacity raised by 2^28 rows (gigabytes of K/V): with no max_bytes, the loader
+  // refuses before allocating; given the bytes, it allocates them.
+  const std::size_t capacity_at = head_at + 3 * 8;
+  const std::vector<std::uint8_t> roomy = changed(kept, capacity_at + 3, 0x10);
+  RAZORKV_EXPECT_ERROR(
+      razorkv::restore_state<float>(roomy), kInvalidArgument,
+      "over max_bytes (" + std::to_string(razorkv::default_max_bytes(roomy.size())) + ")");
+  EXPECT_EQ(razorkv::default_max_bytes(1000), (razorkv::index_t{64} << 20) + 8000);
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(kept, -1), kInvalidArgument,
+                       "restore_state: max_bytes (-1) must be >= 0");
+  // config.decode_reserve (the config's fourth i64) must fit in max_bytes too: a compression
+  // after restore reserves that many rows per head.
+  RAZORKV_EXPECT_ERROR(
+      razorkv::restore_state<float>(changed(kept, 8 + 4 + 4 + 32 + 3 * 8 + 3, 0x10)),
+      kInvalidArgument, "restore_state: config.decode_reserve (");
+}
+
 // A tensor-parallel rank holds kv heads [first, first + count): its cache, built from the
 // sliced plan and its heads' K/V, holds bit for bit what the whole model's cache holds for them.
 TEST(RazorkvPlanSlice, RankCachesEqualTheirHeadsOfTheWholeCache) {

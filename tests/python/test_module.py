@@ -365,6 +365,18 @@ class RazorCache(unittest.TestCase):
         again = razorkv.RazorCache.restore_state(cache.save_state(), "float16")
         q = rng.standard_normal((4, 16)).astype(np.float32)
         np.testing.assert_array_equal(again.decode(0, q), cache.decode(0, q))
+        # max_bytes bounds what the loader allocates; by default a small state gets 64 MiB more
+        # than 8 times its size, so a state whose ring capacity was raised by 2^28 rows (the
+        # first head's fourth i64 after the 153-byte header, the plan and the layer's 17 bytes)
+        # is an error, not gigabytes.
+        state = cache.save_state()
+        with self.assertRaisesRegex(razorkv.Error, "config.growth_rows \\(256\\) outside \\[1, 1\\]"):
+            razorkv.RazorCache.restore_state(state, "float16", max_bytes=100)  # not one block
+        at = 8 + 4 + 4 + 32 + 57 + 2 * 9 * 2 + 17 + 3 * 8 + 3
+        roomy = bytearray(state)
+        roomy[at] = 0x10
+        with self.assertRaisesRegex(razorkv.Error, "a head's ring would bring the restored cache"):
+            razorkv.RazorCache.restore_state(bytes(roomy), "float16")
 
     def test_errors_leave_the_cache_as_it_was(self):
         cache = razorkv.RazorCache(self.plan, "float32", self.config)

@@ -2,11 +2,13 @@
 // as bytes (swap-out, offload, prefix reuse): a versioned format and a strict loader.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <memory_resource>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -215,7 +217,14 @@ struct razor_state_access {
           sinks = std::min(config.sinks, l.prompt_tokens);
         }
         head.window = r.count("a head's window", window, window);
-        head.dropped = r.count("a head's dropped tokens", 0, head.retrieval ? 0 : l.tokens);
+        // What the head dropped follows from its window: the prompt's tokens before the window
+        // (and, when the window slides in bounded mode, every token before it). So a state whose
+        // decode mode was flipped, or whose counts were edited, is refused here.
+        const index_t dropped =
+            head.retrieval
+                ? 0
+                : std::max<index_t>(0, (bounded ? l.tokens : l.prompt_tokens) - sinks - window);
+        head.dropped = r.count("a head's dropped tokens", dropped, dropped);
         const index_t sink_rows = r.count("a head's sinks", sinks, sinks);
         const index_t capacity =
             r.count("a head's ring capacity", bounded && !head.retrieval ? window : 0, max_tokens);
@@ -245,6 +254,17 @@ struct razor_state_access {
           r.copy(head.sums.value_row(0), static_cast<std::size_t>(dim) * sizeof(double),
                  "a head's sums");
           head.sums.set_rows(1);
+          if (head.dropped == 0) {
+            // Nothing folded yet: the sums are zero, or the first dropped token would be folded
+            // into whatever they hold.
+            const double* sums = head.sums.key_row(0);
+            const double* value_sums = head.sums.value_row(0);
+            for (index_t c = 0; c < dim; ++c) {
+              RAZORKV_CHECK(sums[c] == 0.0 && value_sums[c] == 0.0, kInvalidArgument, kWhere,
+                            ": layer ", layer, " kv head ", h,
+                            " dropped no token but its compensation sums are not zero");
+            }
+          }
           if (mean_rows == 1) {
             // The stored mean is the sums' mean rounded to T: anything else was not saved.
             head_state check;
@@ -329,9 +349,10 @@ std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
 
 /// How restore_state builds the cache.
 struct restore_options {
-  /// K/V bytes the restored cache may allocate; a state asking for more is an error before the
-  /// allocation.
-  index_t max_bytes = std::numeric_limits<index_t>::max();
+  /// K/V bytes the restored cache may allocate (its rows, the room it reserves, the blocks a
+  /// growing head chains on next); a state asking for more is an error before the allocation.
+  /// Unset: default_max_bytes(state size), so that a small state cannot demand gigabytes.
+  std::optional<index_t> max_bytes;
   /// Where its K/V rows come from (see razor_kv_cache); null: std::pmr::get_default_resource().
   std::pmr::memory_resource* resource = nullptr;
   /// When set, the cache shares this plan, and the saved plan must make the same decisions
@@ -340,12 +361,24 @@ struct restore_options {
   std::shared_ptr<const head_plan> plan;
 };
 
+/// What restore_state lets a state of `state_bytes` bytes allocate when restore_options sets no
+/// max_bytes: 64 MiB more than 8 times its size. A saved cache's rows are in its bytes; the rest
+/// is room it reserved (decode_reserve, spare blocks, buffers a cleared layer kept), which this
+/// bounds. Pass a larger max_bytes to restore a cache that kept more room than that.
+constexpr index_t default_max_bytes(std::size_t state_bytes) noexcept {
+  constexpr index_t kFloor = index_t{64} << 20;
+  const auto cap = static_cast<std::size_t>((std::numeric_limits<index_t>::max() - kFloor) / 8);
+  return state_bytes >= cap ? std::numeric_limits<index_t>::max()
+                            : kFloor + 8 * static_cast<index_t>(state_bytes);
+}
+
 /// The cache save_state wrote into `data` (`size` bytes), checked throughout: a wrong magic,
 /// version or dtype, a count the method could not have produced (a window or sinks other than
 /// the rule's for the prompt, tokens lost or invented, a mean token that is not the mean of its
-/// sums), data that ends early or runs on are each a kInvalidArgument error naming the field
+/// sums, dropped tokens other than its window leaves, compensation sums on a head that dropped
+/// nothing), data that ends early or runs on are each a kInvalidArgument error naming the field
 /// and the byte. It allocates what the saved cache had (reserved room included) and never more
-/// than options.max_bytes of K/V.
+/// than options.max_bytes of K/V (default_max_bytes(size) when unset).
 template <class T>
 razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
                                 const restore_options& options = {}) {
@@ -353,6 +386,9 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
   RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument, kWhere,
                 ": the format is little-endian and this machine is not");
   RAZORKV_CHECK(data != nullptr || size == 0, kInvalidArgument, kWhere, ": data is null");
+  const index_t max_bytes = options.max_bytes.value_or(default_max_bytes(size));
+  RAZORKV_CHECK(max_bytes >= 0, kInvalidArgument, kWhere, ": max_bytes (", max_bytes,
+                ") must be >= 0");
   detail::state_reader r(data, size);
   char magic[sizeof detail::kRazorStateMagic];
   r.copy(magic, sizeof magic, "the magic");
@@ -378,12 +414,13 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
   config.sinks = r.count("config.sinks", 0, max_index);
   config.s0 = r.count("config.s0", 0, max_index);
   config.fixed_window = r.count("config.fixed_window", 0, max_index);
-  config.decode_reserve = r.count("config.decode_reserve", 0, max_index);
-  // One block a retrieval head chains on at its next append must fit in max_bytes: an append
-  // after restore_state must not ask for memory the loader's budget would have refused.
+  // The room a head reserves when a layer is compressed again, and one block a growing head
+  // chains on at its next append, must fit in max_bytes: a call after restore_state must not ask
+  // for memory the loader's budget would have refused.
   const index_t block_row_bytes = 2 * shape.head_dim * static_cast<index_t>(sizeof(T));
-  config.growth_rows =
-      r.count("config.growth_rows", 1, std::max<index_t>(1, options.max_bytes / block_row_bytes));
+  const index_t budget_rows = max_bytes / block_row_bytes;
+  config.decode_reserve = r.count("config.decode_reserve", 0, budget_rows);
+  config.growth_rows = r.count("config.growth_rows", 1, std::max<index_t>(1, budget_rows));
   config.c = r.scalar<double>("config.c");
   config.compensation =
       static_cast<compensation_mode>(r.scalar<std::uint32_t>("config.compensation"));
@@ -423,7 +460,7 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
     shared = std::make_shared<const head_plan>(std::move(plan));
   }
   razor_kv_cache<T> cache(std::move(shared), config, options.resource);
-  detail::razor_state_access::restore(cache, r, options.max_bytes);
+  detail::razor_state_access::restore(cache, r, max_bytes);
   RAZORKV_CHECK(r.remaining() == 0, kInvalidArgument, kWhere, ": ", r.remaining(),
                 " bytes follow the state's end at byte ", r.position());
   return cache;
