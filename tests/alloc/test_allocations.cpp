@@ -457,4 +457,38 @@ TEST(Allocations, EveryHeapAllocationThatFailsLeavesTheRazorCacheAsItWas) {
             0);
 }
 
+// A decode whose k-th heap allocation fails (its bookkeeping, or the weights' growth) leaves the
+// caller's attention weights as they were: they change only once nothing else can fail.
+TEST(Allocations, AFailedDecodeLeavesTheCallersWeightsAsTheyWere) {
+  std::mt19937_64 rng(77);
+  const token_source kv(kPrompt, kKvHeads, kDim, rng);
+  razorkv::dense_kv_cache<float> cache(1, kKvHeads, kDim);
+  cache.append(0, kv.tokens(0, kPrompt), kv.tokens(0, kPrompt));
+  const std::vector<float> q = razorkv_test::random_values<float>(2 * kKvHeads * kDim, rng);
+  std::vector<float> out(q.size());
+  const auto build = [] {
+    razorkv::attention_weights weights;  // an earlier, smaller step's
+    weights.reset(1, 2 * kKvHeads, std::vector<index_t>(kKvHeads, 3));
+    weights.kv_head(1)(0, 2) = 0.25f;
+    return weights;
+  };
+  const auto step = [&](razorkv::attention_weights& weights) {
+    razorkv::decode_attention(cache, 0,
+                              razorkv::matrix_view<const float>(q.data(), 2 * kKvHeads, kDim),
+                              razorkv::matrix_view<float>(out.data(), 2 * kKvHeads, kDim), weights);
+  };
+  const auto state = [](const razorkv::attention_weights& weights) {
+    std::vector<float> seen = {static_cast<float>(weights.tokens())};
+    for (index_t h = 0; h < weights.num_kv_heads(); ++h) {
+      const razorkv::matrix_view<const float> w = weights.kv_head(h);
+      for (index_t r = 0; r < w.rows(); ++r) seen.insert(seen.end(), w.row(r), w.row(r) + w.cols());
+    }
+    return seen;
+  };
+  EXPECT_GT(razorkv_test::check_strong_guarantee(
+                build, step, state, [](long k) { fail_at = k < 0 ? -1 : allocations.load() + k; },
+                [](const razorkv::attention_weights&) { return 0L; }),
+            0);
+}
+
 }  // namespace

@@ -76,6 +76,16 @@ TEST(RazorkvDecodeKernels, UnknownKernelSetIsANamedError) {
                                 matrix_view<float>(out.data(), 1, 8)),
       kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
   EXPECT_EQ(out, std::vector<float>(8, -1.0f));  // nothing written
+  razorkv::attention_weights weights;            // nor the caller's weights
+  weights.reset(2, 1, {5});
+  weights.kv_head(0)(1, 4) = 0.5f;
+  RAZORKV_EXPECT_ERROR(
+      razorkv::decode_attention(cache, 0, matrix_view<const float>(row.data(), 1, 8),
+                                matrix_view<float>(out.data(), 1, 8), weights),
+      kInvalidArgument, "RAZORKV_KERNEL_ISA (avx9)");
+  EXPECT_EQ(weights.tokens(), 2);
+  EXPECT_EQ(weights.entries(0), 5);
+  EXPECT_EQ(weights.kv_head(0)(1, 4), 0.5f);
   // Prefill, with a chunk long enough for its own tile rather than the decode kernel.
   constexpr razorkv::index_t kChunk = razorkv::kPrefillDecodeVectors + 1;
   const std::vector<float> chunk(8 * kChunk, 1.0f);

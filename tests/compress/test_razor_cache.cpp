@@ -506,6 +506,23 @@ TEST(RazorkvRazorCachePlanning, BytesAfterKTokensAreWhatKTokensMake) {
   RAZORKV_EXPECT_ERROR(
       razor_kv_cache<float>(plan_with(1, 6, heads, dim, {}), razor_config{}).kv_bytes_after(-1),
       kInvalidArgument, "tokens (-1) must be >= 0");
+  // A cleared layer holds no token and grows no block (appends to it are errors), though it keeps
+  // its buffers for the next compression: it adds nothing to what k more tokens make.
+  {
+    razor_config config;
+    config.fixed_window = 40;
+    config.growth_rows = 16;
+    razor_kv_cache<float> cache(plan_with(2, 6, heads, dim, {{0, 0}, {1, 0}}), config);
+    for (index_t l = 0; l < 2; ++l)
+      cache.compress_layer(l, all.key_view(0, prefill), all.value_view(0, prefill));
+    cache.clear(1);
+    EXPECT_EQ(cache.kv_bytes_after(0), cache.kv_bytes());
+    razor_kv_cache<float> grown = cache;
+    const index_t kv = grown.kv_bytes_after(50), allocated = grown.allocated_bytes_after(50);
+    grown.append(0, all.key_view(prefill, 50), all.value_view(prefill, 50));
+    EXPECT_EQ(grown.kv_bytes(), kv);
+    EXPECT_EQ(grown.allocated_bytes(), allocated);
+  }
 
   // Decode reads a head's entries in blocks that ignore where its spans end, so any blocks
   // decode bit for bit as the dense cache: the default 256 rows after a 500-row room, and 7.

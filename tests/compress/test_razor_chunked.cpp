@@ -333,6 +333,21 @@ TEST(RazorkvRazorCheckedMode, NonFiniteTokensAreNamed) {
   const index_t group = kQueryHeads / kHeads;
   EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(head * group * kDim)]));
   EXPECT_FALSE(std::isnan(out[0]));
+
+  // Double tokens: finite ones so large that their double sums could overflow are named too; a
+  // compensation token is never an infinity no token held. Unchecked, that is the caller's to
+  // avoid, like NaN.
+  prompt<double> wide(100, rng);
+  wide.keys[static_cast<std::size_t>((30 * kHeads + head) * kDim + dim)] = 0x1p1000;
+  razor_kv_cache<double> checked_double(test_plan(), checked);
+  RAZORKV_EXPECT_ERROR(
+      checked_double.compress_layer(0, wide.key_view(0, 90), wide.value_view(0, 90)),
+      kInvalidArgument,
+      "key (1.07151e+301) of token 30 in layer 0 kv head 2 dim 5 is over 2^960, where "
+      "the compensation sums could overflow (config.check_finite)");
+  wide.keys[static_cast<std::size_t>((30 * kHeads + head) * kDim + dim)] = 0x1p960;
+  checked_double.compress_layer(0, wide.key_view(0, 90), wide.value_view(0, 90));
+  EXPECT_TRUE(std::isfinite(checked_double.compensation(0, head).key_sum[dim]));
 }
 
 TEST(RazorkvRazorRelease, GivesTheMemoryBackAndStaysUsable) {

@@ -39,6 +39,22 @@ class attention_weights {
   }
   /// reset with the entries of the kv heads as an array: entries[0, kv_heads).
   void reset(index_t tokens, index_t num_query_heads, const index_t* entries, index_t kv_heads) {
+    const index_t total = reserve(tokens, num_query_heads, entries, kv_heads);
+    const index_t rows = tokens * (num_query_heads / kv_heads);  // checked by reserve
+    values_.assign(static_cast<std::size_t>(total), 0.0f);
+    entries_.assign(entries, entries + kv_heads);
+    offsets_.assign(1, 0);
+    for (index_t h = 0; h < kv_heads; ++h)
+      offsets_.push_back(offsets_.back() + rows * entries[static_cast<std::size_t>(h)]);
+    tokens_ = tokens;
+    num_query_heads_ = num_query_heads;
+  }
+
+  /// What reset checks and allocates, without changing the weights: after it, reset with the same
+  /// arguments allocates nothing and cannot throw (decode shapes a caller's weights only once
+  /// nothing else can fail). Returns the number of weights.
+  index_t reserve(index_t tokens, index_t num_query_heads, const index_t* entries,
+                  index_t kv_heads) {
     constexpr const char* kWhere = "attention_weights::reset";
     RAZORKV_CHECK(entries != nullptr || kv_heads <= 0, kInvalidArgument, kWhere,
                   ": entries is null for ", kv_heads, " kv heads");
@@ -54,20 +70,14 @@ class attention_weights {
                     ") must be >= 0");
       total = detail::checked_add(total, detail::checked_mul(rows, count, kWhere), kWhere);
     }
-    // Grow first: a failed allocation leaves *this as it was. By half again at least, so that
-    // weights reused over a growing cache reallocate once every many steps, not every step.
+    // A failed allocation leaves *this as it was. By half again at least, so that weights
+    // reused over a growing cache reallocate once every many steps, not every step.
     if (static_cast<std::size_t>(total) > values_.capacity())
       values_.reserve(
           std::max(static_cast<std::size_t>(total), values_.capacity() + values_.capacity() / 2));
     offsets_.reserve(static_cast<std::size_t>(kv_heads) + 1);
     entries_.reserve(static_cast<std::size_t>(kv_heads));
-    values_.assign(static_cast<std::size_t>(total), 0.0f);
-    entries_.assign(entries, entries + kv_heads);
-    offsets_.assign(1, 0);
-    for (index_t h = 0; h < kv_heads; ++h)
-      offsets_.push_back(offsets_.back() + rows * entries[static_cast<std::size_t>(h)]);
-    tokens_ = tokens;
-    num_query_heads_ = num_query_heads;
+    return total;
   }
 
   /// New tokens, query heads and kv heads of the step (0 before the first reset).

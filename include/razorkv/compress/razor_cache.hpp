@@ -487,6 +487,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     check_planned_tokens(tokens, "razor_kv_cache::kv_bytes_after");
     index_t entries = 0;
     for (const layer_storage& l : layers_) {
+      if (!l.compressed) continue;  // a cleared layer keeps its heads' buffers, not its tokens
       for (const head_state& head : l.heads) {
         entries = detail::checked_add(entries, entries_after(head, tokens), "kv bytes");
       }
@@ -499,6 +500,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     check_planned_tokens(tokens, "razor_kv_cache::allocated_bytes_after");
     index_t blocks = 0;
     for (const layer_storage& l : layers_) {
+      if (!l.compressed) continue;  // appends to it are errors: it grows no block
       for (const head_state& head : l.heads) {
         if (grows(head)) {
           const index_t past_room = tokens - room(head, tokens);
@@ -713,6 +715,20 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                     finite ? 0.0 : detail::to_double((*rows)(row, col)), ") of token ",
                     first_token + row, " in layer ", layer, " kv head ", kv_head, " dim ", col,
                     " is not finite (config.check_finite)");
+      if constexpr (std::is_same_v<T, double>) {
+        // The compensation sums are doubles: finite double tokens this large could sum to an
+        // infinity no token holds (2^63 tokens below 2^960 cannot). Narrower dtypes cannot.
+        constexpr double kLargestSummable = 0x1p960;
+        for (index_t r = 0; r < rows->rows(); ++r) {
+          for (index_t c = 0; c < rows->cols(); ++c) {
+            RAZORKV_CHECK(std::abs((*rows)(r, c)) <= kLargestSummable, kInvalidArgument, where,
+                          ": ", rows == &keys ? "key" : "value", " (", (*rows)(r, c), ") of token ",
+                          first_token + r, " in layer ", layer, " kv head ", kv_head, " dim ", c,
+                          " is over 2^960, where the compensation sums could overflow "
+                          "(config.check_finite)");
+          }
+        }
+      }
     }
   }
 

@@ -94,7 +94,8 @@ void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view
 
 // Validates everything a decode over (cache, layer) reads and gathers it, so that a malformed
 // cache or query is an error before any output is written and the kernels run without checks.
-// `weights`, when non-null, is shaped for the step (the last thing that may throw).
+// `weights`, when non-null, is checked and given room for the step; run_decode shapes it once
+// nothing else can fail, so a failed decode leaves the caller's weights as they were.
 template <class Source, class TQ, class TO>
 decode_work<typename Source::value_type, TO> prepare_decode(
     const Source& cache, index_t layer, layer_view<TQ> queries, layer_view<TO> out,
@@ -178,7 +179,7 @@ decode_work<typename Source::value_type, TO> prepare_decode(
   }
   if (check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
   if (weights != nullptr) {
-    weights->reset(tokens, num_query_heads, work.entries.data(), num_kv_heads);
+    weights->reserve(tokens, num_query_heads, work.entries.data(), num_kv_heads);  // checks too
     work.weights = weights;
   }
   return work;
@@ -272,6 +273,13 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
   const std::size_t scratch_per_pass =
       chosen.needs_widening_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0;
   std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
+  // Nothing below throws: now the caller's weights take the step's shape (prepare_decode gave
+  // them room, so this allocates nothing).
+  for (const decode_work<T, TO>& work : works) {
+    if (work.weights != nullptr)
+      work.weights->reset(work.tokens, work.group * static_cast<index_t>(work.entries.size()),
+                          work.entries.data(), static_cast<index_t>(work.entries.size()));
+  }
 
   const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
                              index_t width, const Acc* result) {
