@@ -6,7 +6,8 @@
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory, find_package, pkg-config), the Python module's tests and the
 #     CLI's, benchmark and demo smoke runs, and the engine on SmolLM2-135M (fetched by
-#     scripts/get_model.sh) against llama.cpp's committed reference; then valgrind memcheck on
+#     scripts/get_model.sh) against llama.cpp's committed reference; that every test
+#     docs/guarantees.md cites exists (scripts/check_guarantees.py); then valgrind memcheck on
 #     most of those unit tests;
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
 #     the exhaustive level (randomised sweeps over several seeds);
@@ -62,6 +63,11 @@ razorkv_build "$build/gcc" all -DRAZORKV_SMOLLM2_GGUF="$model" -DCMAKE_BUILD_TYP
   -DRAZORKV_BUILD_TESTS=ON -DRAZORKV_BUILD_BENCHMARKS=ON -DRAZORKV_BUILD_EXAMPLES=ON -DRAZORKV_BUILD_TOOLS=ON \
   -DRAZORKV_WARNINGS_AS_ERRORS=ON "${python_options[@]}"
 (cd "$build/gcc" && ctest --output-on-failure -j "$razorkv_jobs") || razorkv_fail "tests failed (GCC build)"
+# Every test docs/guarantees.md cites must exist in this build (or be a fuzz target, a Python
+# test, a file): a renamed test cannot leave a guarantee defended by nothing.
+(cd "$build/gcc" && ctest -N >ctest_list.txt)
+python3 "$razorkv_root/scripts/check_guarantees.py" "$build/gcc/ctest_list.txt" \
+  || razorkv_fail "docs/guarantees.md cites a test that does not exist (above)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
 # One suite per core (memcheck runs a program on one thread), the longest first.

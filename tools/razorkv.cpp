@@ -190,7 +190,7 @@ int run_score(const score_args& a) {
     razorkv::probe_config c;
     c.num_random_tokens = a.period;
     c.repeats = a.repeats;
-    c.max_id = a.period;
+    c.max_id = a.period + 1;  // room for P ids besides a BOS id among them
     c.bos_id = a.bos;
     probe.emplace(c);
   }
@@ -249,6 +249,8 @@ int run_select(const select_args& a) {
                 "select: --head-dim (", a.head_dim.value_or(0), ") but ", a.scores,
                 " was scored with head_dim ", recorded.value_or(0));
   const index_t head_dim = a.head_dim ? *a.head_dim : *recorded;
+  // --s0, --c and --sinks are read in budget mode only, but a bad value is an error in any mode.
+  razorkv::check_budget(a.memory.budget, "select");
   razorkv::selection_config config;
   config.induction_ratio = a.induction_ratio;
   config.echo_ratio = a.echo_ratio;
@@ -300,6 +302,7 @@ int run_ratio(const ratio_args& a) {
     RAZORKV_CHECK(n > 0, kInvalidArgument, "ratio: --seq-len (", n, ") must be > 0");
   RAZORKV_CHECK(a.dtype_bytes > 0, kInvalidArgument, "ratio: --dtype-bytes (", a.dtype_bytes,
                 ") must be > 0");
+  razorkv::check_budget(a.budget, "ratio");  // before the table's header
   std::printf(
       "model: %ld layers, %ld query heads, %ld kv heads, head_dim %ld; %s; N0 %ld, S0 %ld, C %g, "
       "%ld-byte K/V\n",

@@ -208,6 +208,32 @@ TEST(ThreadPool, RunsEveryTaskOnceCallAfterCall) {
                        "thread_pool: workers (-1) must be >= 0");
 }
 
+// run() returns only once every task has finished, those the workers run included: the caller's
+// first task waits until a worker has started one, whose task then outlasts all of the caller's.
+// Without the wait for the workers this fails every time, not only when the timing happens to.
+TEST(ThreadPool, RunReturnsOnlyWhenTheWorkersTasksHaveFinished) {
+  razorkv::thread_pool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int call = 0; call < 5; ++call) {
+    std::atomic<bool> worker_started{false};
+    std::vector<std::atomic<int>> finished(16);
+    pool.run(16, [&](index_t i) {
+      if (std::this_thread::get_id() == caller) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!worker_started.load() && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::yield();
+      } else if (!worker_started.exchange(true)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      finished[static_cast<std::size_t>(i)].store(1);
+    });
+    ASSERT_TRUE(worker_started.load()) << "no worker ran a task in 5 s";
+    for (index_t i = 0; i < 16; ++i)
+      ASSERT_EQ(finished[static_cast<std::size_t>(i)].load(), 1)
+          << "call " << call << " task " << i;
+  }
+}
+
 // A call made while the pool is busy with another thread's call does not wait for it: it runs its
 // tasks on its own thread. (The busy call's tasks block until the second call has returned, so a
 // second call that waited for the pool would never return.)

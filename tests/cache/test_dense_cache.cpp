@@ -189,6 +189,15 @@ TEST(RazorkvDenseCache, ImpossibleCapacityIsAnOverflowError) {
   RAZORKV_EXPECT_ERROR(cache.reserve(std::numeric_limits<index_t>::max() / 2), kOverflow,
                        "overflows");
   EXPECT_EQ(cache.capacity(0), 0);
+  // A size that fits in 64 bits but no 64-bit machine can address is the same error, not
+  // std::bad_alloc: 2^40 tokens of 1024 kv heads of dim 1024 (2^62 bytes per buffer).
+  RAZORKV_EXPECT_ERROR(cache.reserve(index_t{1} << 40), kOverflow,
+                       "exceeds 2^57 bytes, more than a 64-bit machine can address");
+  dense_kv_cache<float> narrow(1, 1, 1);
+  RAZORKV_EXPECT_ERROR(narrow.reserve(index_t{1} << 58), kOverflow, "exceeds 2^57 bytes");
+  EXPECT_EQ(narrow.capacity(0), 0);
+  razorkv::attention_weights weights;
+  RAZORKV_EXPECT_ERROR(weights.reset(1, 1, {index_t{1} << 56}), kOverflow, "exceeds 2^57 bytes");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <razorkv/scoring/probe.hpp>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -90,6 +91,34 @@ TEST(RazorkvProbe, BadConfigsAreNamedErrors) {
                        "id range [0, 0) is empty");
   RAZORKV_EXPECT_ERROR(razorkv::probe(config(10, 4, 5)), kInvalidArgument,
                        "holds 5 ids, fewer than num_random_tokens (10)");
+  auto tight = config(10, 4, 10);
+  tight.bos_id = 3;  // inside the range: one id fewer to draw from
+  RAZORKV_EXPECT_ERROR(razorkv::probe{tight}, kInvalidArgument,
+                       "id range [0, 10) holds 9 ids besides bos_id, fewer than num_random_tokens");
+  auto only_bos = config(4, 2, 1);
+  only_bos.allow_duplicates = true;
+  only_bos.bos_id = 0;
+  RAZORKV_EXPECT_ERROR(razorkv::probe{only_bos}, kInvalidArgument, "holds 0 ids besides bos_id");
+}
+
+// A BOS id inside the id range is never drawn: a copy of it among the random tokens would be an
+// earlier copy of them, read as echo or induction. Outside the range nothing changes.
+TEST(RazorkvProbe, TheRandomTokensNeverDrawTheBosId) {
+  for (const bool duplicates : {false, true}) {
+    auto c = config(60, 2, 64, 11);  // 60 of 63 ids: the BOS would be drawn almost surely
+    c.allow_duplicates = duplicates;
+    c.bos_id = 17;
+    const razorkv::probe probe(c);
+    EXPECT_EQ(probe.tokens().front(), 17);
+    EXPECT_EQ(std::count(probe.tokens().begin(), probe.tokens().end(), 17), 1);
+  }
+  auto outside = config(6, 2, 50000, 42);
+  outside.bos_id = 50000;
+  const razorkv::probe after_bos(outside);
+  const std::vector<std::int64_t> expected = {20406, 44824, 41450, 5662, 39381, 28428};
+  EXPECT_EQ(
+      std::vector<std::int64_t>(after_bos.tokens().begin() + 1, after_bos.tokens().begin() + 7),
+      expected);
 }
 
 }  // namespace

@@ -181,6 +181,12 @@ TEST(RazorkvStreamingScorer, BadInputIsANamedError) {
   options.scale = std::numeric_limits<double>::infinity();
   RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, qv, kv, options), kInvalidArgument,
                        "scale (inf)");
+  options.scale = -1.0;  // scores of the keys a head attends to least
+  RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, qv, kv, options), kInvalidArgument,
+                       "score_from_queries_keys: scale (-1) must be > 0: no model attends with it");
+  options.scale = 0.0;
+  RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(probe, qv, kv, options), kInvalidArgument,
+                       "scale (0) must be > 0");
   // Finite but so large that scale * q.k overflows float: an error, not NaN scores.
   const std::vector<float> huge_q(q.size(), 1e20f), huge_k(k.size(), 1e20f);
   RAZORKV_EXPECT_ERROR(razorkv::score_from_queries_keys(

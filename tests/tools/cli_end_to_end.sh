@@ -114,4 +114,22 @@ expect_error "score: layer 1 is [" "$cli" score --period 64 --repeats 4 --bos 1 
 ! grep -q "layer 1 of" "$dir/stderr" || { echo "score began before checking every file" >&2; exit 1; }
 expect_error "cannot open" "$cli" score --period 64 --repeats 4 --bos 1 --probe "$dir/probe.npy" \
   --q "$dir/L0_q.npy" --k "$dir/L0_k.npy" --q "$dir/L1_q.npy" --k "$dir/missing.npy" --out "$dir/x.json"
+# A negative scale, a C below 1 where it is not even read, and a C below 1 before the table starts.
+expect_error "score_from_queries_keys: scale (-1) must be > 0" "$cli" score --period 64 --repeats 4 --bos 1 \
+  --probe "$dir/probe.npy" --q "$dir/L0_q.npy" --k "$dir/L0_k.npy" --scale -1 --out "$dir/x.json"
+expect_error "select: c (0) must be >= 1" "$cli" select --scores "$dir/scores.json" --c 0 --out "$dir/x.json"
+set +e
+"$cli" ratio --model llama-3-8b --seq-len 10 --c 0 >"$dir/stdout" 2>"$dir/stderr"
+set -e
+grep -qF "ratio: c (0) must be >= 1" "$dir/stderr" && [ ! -s "$dir/stdout" ] \
+  || { echo "ratio --c 0: expected the error before any output" >&2; exit 1; }
+# A BOS id inside the vocabulary is never drawn among the random tokens.
+"$cli" probe --period 60 --repeats 2 --bos 17 --vocab-max 64 --seed 11 --out "$dir/bos_probe.npy"
+python3 - "$dir/bos_probe.npy" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+header = 10 + struct.unpack("<H", data[8:10])[0]  # npy 1.0: magic, version, header length
+ids = struct.unpack("<%dq" % ((len(data) - header) // 8), data[header:])
+assert len(ids) == 121 and ids[0] == 17 and ids.count(17) == 1, ids
+PY
 echo "razorkv CLI end to end: ok"

@@ -70,6 +70,7 @@ class attention_weights {
                     ") must be >= 0");
       total = detail::checked_add(total, detail::checked_mul(rows, count, kWhere), kWhere);
     }
+    detail::checked_block_bytes(total, static_cast<index_t>(sizeof(float)), kWhere);
     // A failed allocation leaves *this as it was. By half again at least, so that weights
     // reused over a growing cache reallocate once every many steps, not every step.
     if (static_cast<std::size_t>(total) > values_.capacity())

@@ -111,7 +111,7 @@ class head_rows {
       : capacity_(capacity), dim_(dim), resource_(resource) {}
   static index_t checked_capacity(index_t capacity, index_t dim) {
     const index_t elements = checked_mul(capacity, dim, "head_rows: rows * head_dim");
-    checked_mul(elements, static_cast<index_t>(sizeof(T)), "head_rows: bytes of one head");
+    checked_block_bytes(elements, static_cast<index_t>(sizeof(T)), "head_rows: bytes of one head");
     return capacity;
   }
   void deallocate() noexcept {

@@ -27,5 +27,19 @@ inline index_t checked_add(index_t a, index_t b, const char* what) {
   return a + b;
 }
 
+/// The largest block razorkv asks for: 2^57 bytes, what a 64-bit machine with 5-level paging can
+/// address at all. Beyond it a size is an error (kOverflow), not std::bad_alloc, which stays the
+/// answer of a machine that lacks the memory for a size some machine could hold.
+inline constexpr index_t kMaxBlockBytes = index_t{1} << 57;
+
+/// count * element_bytes, the bytes of one block; throws errc::kOverflow naming `what` when it
+/// overflows or exceeds kMaxBlockBytes.
+inline index_t checked_block_bytes(index_t count, index_t element_bytes, const char* what) {
+  const index_t bytes = checked_mul(count, element_bytes, what);
+  RAZORKV_CHECK(bytes <= kMaxBlockBytes, kOverflow, what, ": ", count, " * ", element_bytes,
+                " bytes exceeds 2^57 bytes, more than a 64-bit machine can address");
+  return bytes;
+}
+
 }  // namespace detail
 RAZORKV_END_NAMESPACE

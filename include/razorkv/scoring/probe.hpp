@@ -26,7 +26,7 @@ struct probe_config {
   index_t repeats = 4;                 ///< R: copies of the random block (>= 2)
   std::int64_t min_id = 0;             ///< smallest id drawn
   std::int64_t max_id = 0;             ///< one past the largest id drawn (the vocabulary size)
-  std::optional<std::int64_t> bos_id;  ///< prepended once when set
+  std::optional<std::int64_t> bos_id;  ///< prepended once when set; never drawn
   std::uint64_t seed = 0;
   /// false (default): the P ids of a copy are distinct, so every score mask is exact.
   /// true: ids are drawn with replacement, as the reference implementation does; the scorers
@@ -81,10 +81,16 @@ inline probe::probe(const probe_config& config) {
   // The range size, computed without signed overflow.
   const std::uint64_t range =
       static_cast<std::uint64_t>(config.max_id) - static_cast<std::uint64_t>(config.min_id);
-  RAZORKV_CHECK(
-      config.allow_duplicates || range >= static_cast<std::uint64_t>(config.num_random_tokens),
-      kInvalidArgument, "probe: id range [", config.min_id, ", ", config.max_id, ") holds ", range,
-      " ids, fewer than num_random_tokens (", config.num_random_tokens, ") distinct ids");
+  // The random tokens never draw the BOS id: a copy of it among them would be an earlier copy of
+  // some of them, and the masks would count attention to the BOS as echo or induction.
+  const bool bos_in_range =
+      config.bos_id && *config.bos_id >= config.min_id && *config.bos_id < config.max_id;
+  const std::uint64_t drawable = range - (bos_in_range ? 1 : 0);
+  RAZORKV_CHECK(drawable >= 1 && (config.allow_duplicates ||
+                                  drawable >= static_cast<std::uint64_t>(config.num_random_tokens)),
+                kInvalidArgument, "probe: id range [", config.min_id, ", ", config.max_id,
+                ") holds ", drawable, " ids", bos_in_range ? " besides bos_id" : "",
+                ", fewer than num_random_tokens (", config.num_random_tokens, ") distinct ids");
   const index_t length = detail::checked_add(
       detail::checked_mul(config.num_random_tokens, config.repeats, "probe: length"),
       config.bos_id ? 1 : 0, "probe: length");
@@ -100,7 +106,8 @@ inline probe::probe(const probe_config& config) {
     do {
       id = static_cast<std::int64_t>(static_cast<std::uint64_t>(config.min_id) +
                                      detail::uniform_below(rng, range));
-    } while (!config.allow_duplicates && !used.insert(id).second);
+    } while ((bos_in_range && id == *config.bos_id) ||
+             (!config.allow_duplicates && !used.insert(id).second));
   }
 
   tokens_.reserve(static_cast<std::size_t>(length));

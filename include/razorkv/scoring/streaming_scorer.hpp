@@ -73,6 +73,10 @@ layer_scores score_from_queries_keys(const probe& the_probe, layer_view<TQ> quer
                 num_query_heads, ") is not a multiple of num_kv_heads (", num_kv_heads, ")");
   const index_t dim = q_view.head_dim();
   const double scale = detail::softmax_scale(options.scale, dim, kWhere);
+  // Scores measure which keys a head attends to most; a scale of 0 or below would score the
+  // keys it attends to least (decode's kernels, which only compute, accept any finite scale).
+  RAZORKV_CHECK(scale > 0.0, kInvalidArgument, kWhere, ": scale (", scale,
+                ") must be > 0: no model attends with it");
   RAZORKV_CHECK(options.row_step > 0, kInvalidArgument, kWhere, ": row_step (", options.row_step,
                 ") must be > 0");
   const bool alibi = !options.alibi_slopes.empty();
