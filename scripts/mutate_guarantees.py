@@ -97,14 +97,15 @@ def main():
                        shell=True, check=True)
     build = pathlib.Path(args.build)
     build.mkdir(parents=True, exist_ok=True)
+    (build / "CMakeCache.txt").unlink(missing_ok=True)  # the tree may be another copy each run
     log = open(build / "mutants.log", "w")
-    if run(["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-            "-DCMAKE_CXX_FLAGS_RELEASE=-O1", "-DRAZORKV_BUILD_TESTS=ON",
-            "-DRAZORKV_BUILD_BENCHMARKS=OFF", "-DRAZORKV_BUILD_EXAMPLES=OFF",
-            "-DRAZORKV_BUILD_TOOLS=OFF"], tree, log) != 0:
-        sys.exit(f"mutate_guarantees: cmake failed (see {build}/mutants.log)")
     killed = 0
     try:
+        if run(["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                "-DCMAKE_CXX_FLAGS_RELEASE=-O1", "-DRAZORKV_BUILD_TESTS=ON",
+                "-DRAZORKV_BUILD_BENCHMARKS=OFF", "-DRAZORKV_BUILD_EXAMPLES=OFF",
+                "-DRAZORKV_BUILD_TOOLS=OFF"], tree, log) != 0:
+            sys.exit(f"mutate_guarantees: cmake failed (see {build}/mutants.log)")
         for guarantee, file, text, mutated, targets, test_filter in MUTATIONS:
             path = tree / file
             original = path.read_text()
