@@ -112,8 +112,11 @@ class model {
                                   const std::vector<int>& tokens, index_t chunk) const;
 
   /// The prefill as the prompt razorkv's policies compress: views of every layer's K/V and of
-  /// the last `queries` prompt queries (SnapKV and H2O rank by them; -1: all of them).
-  razorkv::prompt_kv<float> prompt_of(const prefill_state& state, index_t queries = -1) const;
+  /// the last `queries` prompt queries (SnapKV and H2O rank by them; -1: all of them). With
+  /// `length` >= 0, the prompt is the prefill's first `length` tokens (a document whose
+  /// question the same prefill read after it).
+  razorkv::prompt_kv<float> prompt_of(const prefill_state& state, index_t queries = -1,
+                                      index_t length = -1) const;
 
   /// One decode step of the token at `position` over any razorkv cache holding positions
   /// [0, position) of every layer: appends the token's K/V to each layer, attends with
@@ -451,16 +454,19 @@ inline Eigen::VectorXf model::prefill_chunked(razorkv::razor_kv_cache<float>& ca
   return output_logits(x.bottomRows(1)).row(0).transpose();
 }
 
-inline razorkv::prompt_kv<float> model::prompt_of(const prefill_state& state,
-                                                  index_t queries) const {
-  const index_t kept = queries < 0 ? state.tokens : queries;
-  RAZORKV_CHECK(kept <= state.tokens, kInvalidArgument, "tiny_llama::prompt_of: queries (", kept,
-                ") exceeds the prefill's ", state.tokens, " tokens");
+inline razorkv::prompt_kv<float> model::prompt_of(const prefill_state& state, index_t queries,
+                                                  index_t length) const {
+  const index_t n = length < 0 ? state.tokens : length;
+  RAZORKV_CHECK(n > 0 && n <= state.tokens, kInvalidArgument, "tiny_llama::prompt_of: length (", n,
+                ") outside [1, ", state.tokens, "], the prefill's tokens");
+  const index_t kept = queries < 0 ? n : queries;
+  RAZORKV_CHECK(kept <= n, kInvalidArgument, "tiny_llama::prompt_of: queries (", kept,
+                ") exceeds the prompt's ", n, " tokens");
   std::vector<razorkv::layer_sequence<float>> layers;
   for (index_t l = 0; l < cfg_.num_layers; ++l) {
-    layers.push_back(
-        {state.query_view(l, cfg_.num_q_heads).middle_tokens(state.tokens - kept, kept),
-         state.key_view(l, cfg_.num_kv_heads), state.value_view(l, cfg_.num_kv_heads)});
+    layers.push_back({state.query_view(l, cfg_.num_q_heads).middle_tokens(n - kept, kept),
+                      state.key_view(l, cfg_.num_kv_heads).middle_tokens(0, n),
+                      state.value_view(l, cfg_.num_kv_heads).middle_tokens(0, n)});
   }
   return razorkv::prompt_kv<float>(shape(), std::move(layers));
 }

@@ -3,7 +3,8 @@
 // examples/engine/smollm2/llama_cpp/ (tools/smollm2/llama_cpp_reference.py wrote it): the
 // tokenizer's ids, next-token agreement and KL divergence on 64-, 1,024- and 4,096-token prompts,
 // decode over a razorkv cache along llama.cpp's generation; calibration reproducing the committed
-// plan; and razor against the full cache, random heads and StreamingLLM on hidden passphrases.
+// plan; razor against the full cache, random heads and StreamingLLM on hidden passphrases; and
+// the long-context evaluation's machinery (every task through full and razor, in lockstep).
 #include <gtest/gtest.h>
 
 #include <razorkv/eval.hpp>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/long_context_eval.hpp"
 #include "engine/smollm2.hpp"
 
 namespace {
@@ -337,6 +339,73 @@ TEST(RazorkvSmolLM2, CalibratedHeadsRecallWhatRandomHeadsAndStreamingLLMMiss) {
   EXPECT_GE(recalled[1], recalled[2]);
   EXPECT_GE(recalled[1], recalled[3]);
   EXPECT_GT(recalled[1], 0);
+}
+
+// One 768-token prompt of each long-context task through full and razor in one lockstep batch
+// (razorkv_smollm2_eval's machinery): the full cache recalls the seven-digit needle (5 of 5 at
+// 1,024 tokens in the evaluation's run), razor holds a third of the bytes, and a cache answers
+// the same in the batch as alone (each cache's decode reads only its own K/V).
+TEST(RazorkvSmolLM2, EveryLongContextTaskRunsThroughFullAndRazorInLockstep) {
+  const tiny_llama::gguf_model& m = smollm2();
+  const razorkv::head_plan plan =
+      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const std::vector<int> haystack =
+      m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR));
+  const auto budget = razorkv::memory_budget::fraction_of_full(1.0 / 3.0);
+  tiny_llama::task_policies both, razor_alone;
+  both.agnostic = {razorkv::full_policy(), razorkv::razor_policy("razor", plan)};
+  razor_alone.agnostic = {razorkv::razor_policy("razor", plan)};
+  using tiny_llama::needle_kind;
+  using tiny_llama::task_kind;
+  const std::pair<task_kind, needle_kind> tasks[] = {
+      {task_kind::kSingleNeedle, needle_kind::kNumber},
+      {task_kind::kSingleNeedle, needle_kind::kUuid},
+      {task_kind::kMultiKey, needle_kind::kNumber},
+      {task_kind::kMultiValue, needle_kind::kNumber},
+      {task_kind::kVariableTracking, needle_kind::kNumber},
+      {task_kind::kPassageCopy, needle_kind::kWord}};
+  for (const auto& [task, needle] : tasks) {
+    std::mt19937_64 rng(5);
+    const tiny_llama::task_prompt p =
+        tiny_llama::make_task_prompt(m.tokenizer, haystack, {task, needle, 768, 0.5}, rng);
+    ASSERT_EQ(p.length(), 768);
+    const auto answers = tiny_llama::answer_task(m, p, both, budget);
+    ASSERT_EQ(answers.size(), 2u);
+    std::printf("%s %s: full \"%s\" razor \"%s\" (expected %s)\n", tiny_llama::task_name(task),
+                tiny_llama::needle_name(needle), answers[0].generated.c_str(),
+                answers[1].generated.c_str(), p.expected[0].c_str());
+    EXPECT_NEAR(static_cast<double>(answers[1].kv_bytes) / static_cast<double>(answers[0].kv_bytes),
+                1.0 / 3.0, 0.01);
+    if (task == task_kind::kSingleNeedle && needle == needle_kind::kNumber) {
+      EXPECT_TRUE(answers[0].correct) << answers[0].generated;
+      const auto alone = tiny_llama::answer_task(m, p, razor_alone, budget);
+      EXPECT_EQ(alone[0].generated, answers[1].generated);
+    }
+  }
+}
+
+// Held-out likelihood in lockstep: a cache identical to the full one is at KL 0 from it with the
+// same NLL, razor at a third of the bytes is not.
+TEST(RazorkvSmolLM2, LikelihoodTrialsMeasureKlFromTheFullCache) {
+  const tiny_llama::gguf_model& m = smollm2();
+  const razorkv::head_plan plan =
+      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const std::vector<int> haystack =
+      m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR));
+  const std::vector<int> tokens(haystack.begin() + 2000, haystack.begin() + 2000 + 1024 + 24);
+  const std::vector<razorkv::policy> policies = {razorkv::full_policy(), razorkv::full_policy(),
+                                                 razorkv::razor_policy("razor", plan)};
+  const auto out = tiny_llama::likelihood_trial(m, tokens, 1024, policies,
+                                                razorkv::memory_budget::fraction_of_full(0.25));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].scored, 23);
+  EXPECT_EQ(out[1].kl, 0.0);
+  EXPECT_EQ(out[1].nll, out[0].nll);
+  EXPECT_EQ(out[1].agree, 23);
+  EXPECT_GT(out[2].kl, 1e-4);
+  EXPECT_LT(out[2].kv_bytes, out[0].kv_bytes / 3);
+  // The NLL is the held-out text's: a perplexity a small model gives prose, not a broken cache's.
+  EXPECT_LT(std::exp(out[0].nll / out[0].scored), 60.0);
 }
 
 }  // namespace

@@ -1,0 +1,289 @@
+// razorkv_smollm2_eval: SmolLM2-135M-Instruct at equal KV bytes on long-context tasks (single
+// needles of four kinds, multi-key, multi-value, variable tracking, passage copy) at several
+// lengths and depths, and held-out perplexity and KL after a compressed prefix; every policy runs
+// on the same prompts through one engine. Writes, appending one prompt at a time:
+//   results.csv     one row per prompt and policy: whole-answer correctness, bytes, the answer
+//   likelihood.csv  one row per likelihood trial and policy: NLL, KL from the full cache
+//   prompts.jsonl   the prompts' token ids and expected answers (tools/eval/llama_cpp_kv.py)
+//   razorkv_smollm2_eval <model.gguf> <repository root> <output folder>
+//       [--lengths 1024,2048,4096,8128] [--reps 1] [--likelihood 4] [--budget 0.3333]
+//       [--tasks single,multikey,multivalue,vartrack,copy] [--chunked] [--quick]
+// tools/eval/README.md gives the commands that made docs/real_model.md's tables.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <razorkv/eval.hpp>
+#include <razorkv/io/json.hpp>
+#include <razorkv/io/plan_files.hpp>
+
+#include "long_context_eval.hpp"
+
+namespace {
+
+using razorkv::index_t;
+using tiny_llama::needle_kind;
+using tiny_llama::task_kind;
+
+struct options {
+  std::vector<index_t> lengths = {1024, 2048, 4096, 8128};
+  int reps = 1;
+  int likelihood = 4;
+  double budget = 1.0 / 3.0;
+  std::vector<std::string> tasks = {"single", "multikey", "multivalue", "vartrack", "copy"};
+  bool chunked = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      RAZORKV_CHECK(i + 1 < argc, kInvalidArgument, "razorkv_smollm2_eval: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--lengths") {
+      o.lengths.clear();
+      for (const std::string& l : split(value())) o.lengths.push_back(std::stoll(l));
+    } else if (a == "--reps") {
+      o.reps = std::stoi(value());
+    } else if (a == "--likelihood") {
+      o.likelihood = std::stoi(value());
+    } else if (a == "--budget") {
+      o.budget = std::stod(value());
+    } else if (a == "--tasks") {
+      o.tasks = split(value());
+    } else if (a == "--chunked") {
+      o.chunked = true;
+    } else if (a == "--quick") {
+      o.lengths = {1024};
+      o.likelihood = 1;
+    } else {
+      RAZORKV_CHECK(false, kInvalidArgument, "razorkv_smollm2_eval: unknown option \"", a, "\"");
+    }
+  }
+  RAZORKV_CHECK(o.reps >= 1, kInvalidArgument, "razorkv_smollm2_eval: --reps (", o.reps,
+                ") must be >= 1");
+  return o;
+}
+
+// The task variants of the grid: the single needle in each kind, the others with numbers.
+struct variant {
+  task_kind task;
+  needle_kind needle;
+};
+
+std::vector<variant> variants_for(const std::vector<std::string>& tasks) {
+  std::vector<variant> out;
+  for (const std::string& t : tasks) {
+    if (t == "single") {
+      for (needle_kind k : {needle_kind::kNumber, needle_kind::kWord, needle_kind::kAlphanumeric,
+                            needle_kind::kUuid}) {
+        out.push_back({task_kind::kSingleNeedle, k});
+      }
+    } else if (t == "multikey") {
+      out.push_back({task_kind::kMultiKey, needle_kind::kNumber});
+    } else if (t == "multivalue") {
+      out.push_back({task_kind::kMultiValue, needle_kind::kNumber});
+    } else if (t == "vartrack") {
+      out.push_back({task_kind::kVariableTracking, needle_kind::kNumber});
+    } else if (t == "copy") {
+      out.push_back({task_kind::kPassageCopy, needle_kind::kWord});
+    } else {
+      RAZORKV_CHECK(false, kInvalidArgument, "razorkv_smollm2_eval: task \"", t,
+                    "\" is not single, multikey, multivalue, vartrack or copy");
+    }
+  }
+  return out;
+}
+
+// The policies that compress the document alone; the random plan is drawn per prompt.
+std::vector<razorkv::policy> agnostic_policies(const razorkv::head_plan& plan,
+                                               const razorkv::head_scores& scores, index_t head_dim,
+                                               std::uint64_t seed) {
+  using razorkv::razor_config;
+  std::vector<razorkv::policy> out = {razorkv::full_policy(), razorkv::razor_policy("razor", plan)};
+  razor_config bounded, unweighted, none;
+  bounded.decode = razorkv::decode_mode::kBounded;
+  unweighted.compensation = razorkv::compensation_mode::kUnweighted;
+  none.compensation = razorkv::compensation_mode::kNone;
+  out.push_back(razorkv::razor_policy("razor bounded decode", plan, bounded));
+  out.push_back(razorkv::razor_policy("razor unweighted compensation", plan, unweighted));
+  out.push_back(razorkv::razor_policy("razor no compensation", plan, none));
+  razorkv::selection_config no_echo;
+  no_echo.echo_ratio = 0;
+  out.push_back(razorkv::razor_policy("razor no echo heads",
+                                      razorkv::select_retrieval_heads(scores, head_dim, no_echo)));
+  out.push_back(razorkv::razor_policy(
+      "razor random groups", razorkv::random_plan(plan.shape(), plan.num_retrieval(), seed)));
+  for (double ratio : {0.05, 0.10, 0.20, 0.30}) {
+    razorkv::selection_config sweep;
+    sweep.induction_ratio = ratio;
+    char name[64];
+    std::snprintf(name, sizeof name, "razor %.0f%% induction", ratio * 100);
+    out.push_back(
+        razorkv::razor_policy(name, razorkv::select_retrieval_heads(scores, head_dim, sweep)));
+  }
+  out.push_back(razorkv::streaming_llm_policy());
+  out.push_back(razorkv::snapkv_policy());
+  out.push_back(razorkv::h2o_policy());
+  return out;
+}
+
+std::string csv(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s <model.gguf> <repository root> <output folder> [options]\n",
+                 argv[0]);
+    return 2;
+  }
+  try {
+    const options o = parse(argc, argv);
+    const std::string root = argv[2], out_dir = argv[3];
+    const auto start = std::chrono::steady_clock::now();
+    const tiny_llama::gguf_model m = tiny_llama::gguf_model::load(argv[1]);
+    const std::string dir = root + "/examples/engine/smollm2";
+    const razorkv::head_plan plan =
+        razorkv::io::parse_head_plan(razorkv::io::read_text_file(dir + "/plan.json"));
+    const razorkv::head_scores scores =
+        razorkv::io::head_scores_from_json(razorkv::io::read_text_file(dir + "/scores.json"));
+    const index_t head_dim = m.weights.cfg().head_dim();
+    const razorkv::memory_budget budget = razorkv::memory_budget::fraction_of_full(o.budget);
+    const std::vector<int> haystack = m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(root));
+
+    std::ofstream results(out_dir + "/results.csv"), prompts(out_dir + "/prompts.jsonl"),
+        likelihood(out_dir + "/likelihood.csv");
+    RAZORKV_CHECK(results.good() && prompts.good() && likelihood.good(), kInvalidArgument,
+                  "razorkv_smollm2_eval: cannot write into \"", out_dir, "\"");
+    results << "length,task,needle,depth,rep,policy,query_aware,kv_bytes,full_bytes,correct,"
+               "generated,expected\n";
+    likelihood << "length,trial,policy,kv_bytes,full_bytes,scored,nll,kl,agree\n";
+
+    const std::vector<variant> variants = variants_for(o.tasks);
+    const double depths[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+    for (const index_t length : o.lengths) {
+      const auto length_start = std::chrono::steady_clock::now();
+      int prompts_run = 0;
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        for (int d = 0; d < 5; ++d) {
+          for (int rep = 0; rep < o.reps; ++rep) {
+            // One seed per grid cell, so that any subset of the grid draws the same prompts.
+            const std::uint64_t seed = static_cast<std::uint64_t>(length) * 1000003u +
+                                       static_cast<std::uint64_t>(variants[v].task) * 10007u +
+                                       static_cast<std::uint64_t>(variants[v].needle) * 1009u +
+                                       static_cast<std::uint64_t>(d) * 101u +
+                                       static_cast<std::uint64_t>(rep);
+            std::mt19937_64 rng(seed);
+            const tiny_llama::task_spec spec{variants[v].task, variants[v].needle, length,
+                                             depths[d]};
+            const tiny_llama::task_prompt p =
+                tiny_llama::make_task_prompt(m.tokenizer, haystack, spec, rng);
+            tiny_llama::task_policies policies;
+            policies.agnostic = agnostic_policies(plan, scores, head_dim, seed);
+            policies.aware = {razorkv::snapkv_policy()};
+            if (o.chunked) policies.chunked_plan = &plan;
+            const std::vector<tiny_llama::policy_answer> answers =
+                tiny_llama::answer_task(m, p, policies, budget);
+
+            std::vector<std::string> names;
+            for (const auto& pol : policies.agnostic) names.push_back(pol.name);
+            if (o.chunked) names.push_back("razor chunked prefill");
+            for (const auto& pol : policies.aware) names.push_back(pol.name);
+            std::string expected;
+            for (const std::string& e : p.expected) expected += (expected.empty() ? "" : "|") + e;
+            const char* task = tiny_llama::task_name(spec.task);
+            const char* needle = tiny_llama::needle_name(spec.needle);
+            for (std::size_t b = 0; b < answers.size(); ++b) {
+              const bool aware = b + policies.aware.size() >= answers.size();
+              results << length << ',' << task << ',' << needle << ',' << depths[d] << ',' << rep
+                      << ',' << csv(names[b]) << ',' << (aware ? 1 : 0) << ','
+                      << answers[b].kv_bytes << ',' << answers[0].kv_bytes << ','
+                      << (answers[b].correct ? 1 : 0) << ',' << csv(answers[b].generated) << ','
+                      << csv(expected) << '\n';
+            }
+            results.flush();
+            std::vector<int> ids = p.document;
+            ids.insert(ids.end(), p.question.begin(), p.question.end());
+            prompts << "{\"length\": " << length << ", \"task\": \"" << task << "\", \"needle\": \""
+                    << needle << "\", \"depth\": " << depths[d] << ", \"rep\": " << rep
+                    << ", \"document_tokens\": " << p.document.size()
+                    << ", \"max_answer_tokens\": " << p.max_answer_tokens
+                    << ", \"single_line\": " << (p.single_line ? "true" : "false")
+                    << ", \"expected\": " << nlohmann::json(p.expected).dump()
+                    << ", \"ids\": " << nlohmann::json(ids).dump() << "}\n";
+            prompts.flush();
+            ++prompts_run;
+            std::printf(
+                "%5lld %-10s %-6s depth %.2f: full %d razor %d streaming %d snapkv %d "
+                "| %s | %.0f s\n",
+                static_cast<long long>(length), task, needle, depths[d], answers[0].correct,
+                answers[1].correct, answers[11].correct, answers[12].correct,
+                json_string(answers[0].generated).c_str(), seconds_since(start));
+            std::fflush(stdout);
+          }
+        }
+      }
+      // Held-out likelihood: a prefix of `length` tokens (what fits the context beside 128 more).
+      const index_t prefix = std::min<index_t>(length, m.weights.cfg().max_context - 129);
+      std::mt19937_64 rng(static_cast<std::uint64_t>(length) * 7919u);
+      const std::vector<razorkv::policy> policies = agnostic_policies(plan, scores, head_dim, 1);
+      for (int t = 0; t < o.likelihood; ++t) {
+        const auto first = static_cast<std::ptrdiff_t>(razorkv::detail::uniform_below(
+            rng, haystack.size() - static_cast<std::size_t>(prefix + 128)));
+        const std::vector<int> tokens(haystack.begin() + first,
+                                      haystack.begin() + first + prefix + 128);
+        const std::vector<tiny_llama::likelihood_outcome> outcomes =
+            tiny_llama::likelihood_trial(m, tokens, prefix, policies, budget);
+        for (std::size_t b = 0; b < outcomes.size(); ++b) {
+          const auto& r = outcomes[b];
+          likelihood << length << ',' << t << ',' << csv(policies[b].name) << ',' << r.kv_bytes
+                     << ',' << outcomes[0].kv_bytes << ',' << r.scored << ',' << r.nll << ','
+                     << r.kl << ',' << r.agree << '\n';
+        }
+        likelihood.flush();
+        std::printf(
+            "%5lld likelihood %d: ppl full %.3f razor %.3f (KL %.4f) streaming %.3f | "
+            "%.0f s\n",
+            static_cast<long long>(length), t, std::exp(outcomes[0].nll / outcomes[0].scored),
+            std::exp(outcomes[1].nll / outcomes[1].scored), outcomes[1].kl / outcomes[1].scored,
+            std::exp(outcomes[11].nll / outcomes[11].scored), seconds_since(start));
+        std::fflush(stdout);
+      }
+      std::printf("%lld tokens: %d prompts and %d likelihood trials in %.0f s\n",
+                  static_cast<long long>(length), prompts_run, o.likelihood,
+                  seconds_since(length_start));
+    }
+    std::printf("wrote %s/results.csv, likelihood.csv and prompts.jsonl in %.0f s\n",
+                out_dir.c_str(), seconds_since(start));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
