@@ -1,0 +1,97 @@
+"""llama.cpp's own KV-cache quantisation on razorkv's long-context prompts, scored the same way.
+
+    python llama_cpp_kv.py MODEL.gguf PROMPTS.jsonl OUT.csv [--lengths 1024,2048]
+        [--tasks single,multikey] [--caches f16,q8_0,q4_0]
+
+Reads the prompts razorkv_smollm2_eval wrote (token ids, expected answers, answer limits), runs
+each through llama.cpp (llama-cpp-python, pinned in tools/smollm2/requirements.txt) with flash
+attention and the K and V cache types asked for, generates greedily with the evaluation's rules
+(a control token ends the answer; so does a newline once a single-line answer has begun; at most
+max_answer_tokens), and scores the answer whole: every expected string must appear in it.
+Writes one row per prompt and cache type, with the cache's bytes as a fraction of its f16 size.
+"""
+import argparse
+import csv
+import json
+import sys
+import time
+
+import llama_cpp
+import numpy as np
+
+# Bytes per element of each cache type: ggml's blocks of 32 (q8_0: 32 int8 + an f16 scale;
+# q4_0: 16 bytes of nibbles + an f16 scale).
+TYPES = {
+    "f16": (llama_cpp.GGML_TYPE_F16, 2.0),
+    "q8_0": (llama_cpp.GGML_TYPE_Q8_0, 34 / 32),
+    "q4_0": (llama_cpp.GGML_TYPE_Q4_0, 18 / 32),
+}
+
+
+def answer(llm: llama_cpp.Llama, prompt: dict) -> str:
+    llm.reset()
+    llm.eval(prompt["ids"])
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    pieces, started = [], False
+    for step in range(prompt["max_answer_tokens"]):
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(llm.n_vocab(),))
+        token = int(np.argmax(logits))
+        if llama_cpp.llama_vocab_is_control(vocab, token):
+            break
+        piece = llm.detokenize([token])
+        pieces.append(piece)
+        if prompt["single_line"] and started and b"\n" in piece:
+            break
+        started = started or any(chr(c).isalnum() for c in piece if c < 128)
+        if step + 1 < prompt["max_answer_tokens"]:
+            llm.eval([token])
+    return b"".join(pieces).decode("utf-8", errors="replace")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("prompts")
+    parser.add_argument("out")
+    parser.add_argument("--lengths", default="")
+    parser.add_argument("--tasks", default="")
+    parser.add_argument("--caches", default="f16,q8_0,q4_0")
+    args = parser.parse_args()
+    lengths = {int(x) for x in args.lengths.split(",") if x}
+    tasks = {x for x in args.tasks.split(",") if x}
+    caches = args.caches.split(",")
+    for c in caches:
+        if c not in TYPES:
+            sys.exit(f"llama_cpp_kv.py: cache type {c!r} is not one of {', '.join(TYPES)}")
+    with open(args.prompts, encoding="utf-8") as f:
+        prompts = [json.loads(line) for line in f]
+    prompts = [p for p in prompts if (not lengths or p["length"] in lengths)
+               and (not tasks or p["task"] in tasks)]
+    if not prompts:
+        sys.exit(f"llama_cpp_kv.py: no prompts of lengths {sorted(lengths)} in {args.prompts}")
+    n_ctx = max(p["length"] + p["max_answer_tokens"] for p in prompts)
+    start = time.time()
+    with open(args.out, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(["length", "task", "needle", "depth", "rep", "cache", "kv_fraction",
+                         "correct", "generated", "expected"])
+        for cache in caches:
+            kind, size = TYPES[cache]
+            llm = llama_cpp.Llama(args.model, n_ctx=n_ctx, n_batch=512, n_threads=2,
+                                  type_k=kind, type_v=kind, flash_attn=True, verbose=False)
+            for p in prompts:
+                text = answer(llm, p)
+                correct = all(e in text for e in p["expected"])
+                writer.writerow([p["length"], p["task"], p["needle"], p["depth"], p["rep"],
+                                 f"llama.cpp {cache}", f"{size / 2.0:.4f}", int(correct), text,
+                                 "|".join(p["expected"])])
+                out.flush()
+                print(f"{cache} {p['length']} {p['task']} {p['needle']} {p['depth']}: "
+                      f"{int(correct)} {text!r} ({time.time() - start:.0f} s)", flush=True)
+            del llm
+    print(f"wrote {args.out} in {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
