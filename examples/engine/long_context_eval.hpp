@@ -1,8 +1,9 @@
 // examples/engine/long_context_eval.hpp: one long-context prompt (or one held-out likelihood
 // trial) through every policy at once: one dense prefill, then the policies' caches in lockstep.
 //
-// Decoding all caches as one batch reads the weights once per step for every policy: on this
-// model decode is dominated by the weights, so 16 policies cost little more than one.
+// Decoding all caches as one batch reads the weights once per step for all policies: decode on
+// this model is dominated by reading the weights, so each added policy costs far less than a
+// pass of its own.
 #pragma once
 
 #include <algorithm>
@@ -45,7 +46,7 @@ inline int argmax(const float* logits, index_t n) {
 /// the question through decode, each aware policy compresses document and question; then every
 /// cache generates greedily, stopping at a control token, at a newline after the first letter or
 /// digit of a single-line answer, or after p.max_answer_tokens. Answers are in the order agnostic,
-/// aware, chunked.
+/// chunked (when set), aware.
 inline std::vector<policy_answer> answer_task(const gguf_model& m, const task_prompt& p,
                                               const task_policies& policies,
                                               const razorkv::memory_budget& budget) {

@@ -166,6 +166,15 @@ std::string csv(const std::string& s) {
 
 std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
 
+// Where the policy called `name` is among `policies` (the progress lines show a few by name).
+std::size_t index_of(const std::vector<razorkv::policy>& policies, const std::string& name) {
+  const auto found = std::find_if(policies.begin(), policies.end(),
+                                  [&](const razorkv::policy& p) { return p.name == name; });
+  RAZORKV_CHECK(found != policies.end(), kInvalidArgument, "razorkv_smollm2_eval: no policy \"",
+                name, "\"");
+  return static_cast<std::size_t>(found - policies.begin());
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -258,7 +267,9 @@ int main(int argc, char** argv) {
                 "%5lld %-10s %-6s depth %.2f: full %d razor %d streaming %d snapkv %d "
                 "| %s | %.0f s\n",
                 static_cast<long long>(length), task, needle, depths[d], answers[0].correct,
-                answers[1].correct, answers[11].correct, answers[12].correct,
+                answers[index_of(policies.agnostic, "razor")].correct,
+                answers[index_of(policies.agnostic, "streaming_llm")].correct,
+                answers[index_of(policies.agnostic, "snapkv")].correct,
                 json_string(answers[0].generated).c_str(), seconds_since(start));
             std::fflush(stdout);
           }
@@ -282,12 +293,15 @@ int main(int argc, char** argv) {
                      << r.kl << ',' << r.agree << '\n';
         }
         likelihood.flush();
+        const auto& full = outcomes[0];
+        const auto& razor = outcomes[index_of(policies, "razor")];
+        const auto& streaming = outcomes[index_of(policies, "streaming_llm")];
         std::printf(
             "%5lld likelihood %d: ppl full %.3f razor %.3f (KL %.4f) streaming %.3f | "
             "%.0f s\n",
-            static_cast<long long>(length), t, std::exp(outcomes[0].nll / outcomes[0].scored),
-            std::exp(outcomes[1].nll / outcomes[1].scored), outcomes[1].kl / outcomes[1].scored,
-            std::exp(outcomes[11].nll / outcomes[11].scored), seconds_since(start));
+            static_cast<long long>(length), t, std::exp(full.nll / full.scored),
+            std::exp(razor.nll / razor.scored), razor.kl / razor.scored,
+            std::exp(streaming.nll / streaming.scored), seconds_since(start));
         std::fflush(stdout);
       }
       std::printf("%lld tokens: %d prompts and %d likelihood trials in %.0f s\n",
