@@ -8,7 +8,7 @@
 
 #include <razorkv/razorkv.hpp>
 // The kernels' vector type, for the multiply-add baseline.
-#include <razorkv/detail/simd.hpp>
+#include <razorkv/kernels/simd.hpp>
 
 #include "bench_support.hpp"
 

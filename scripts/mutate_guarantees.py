@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # (guarantee, file, text, mutated text, the test binaries that should kill it, GoogleTest filter)
 MUTATIONS = [
-    ("a failed copy assignment changes nothing", "include/razorkv/detail/cache_skeleton.hpp",
+    ("a failed copy assignment changes nothing", "include/razorkv/cache/skeleton.hpp",
      "if (this != &other) *this = cache_skeleton(other);",
      "if (this != &other) layers_ = other.layers_;",
      ("razorkv_cache_tests", "razorkv_compress_tests", "razorkv_policies_tests"), "*"),
@@ -50,7 +50,7 @@ MUTATIONS = [
      "options.max_bytes.value_or(default_max_bytes(size))",
      "options.max_bytes.value_or(std::numeric_limits<index_t>::max())",
      ("razorkv_compress_tests",), "RazorkvRazorState.*"),
-    ("a failed decode leaves the caller's weights", "include/razorkv/detail/decode_schedule.hpp",
+    ("a failed decode leaves the caller's weights", "include/razorkv/attention/decode_schedule.hpp",
      "weights->reserve(tokens, num_query_heads, work.entries.data(), num_kv_heads);",
      "weights->reset(tokens, num_query_heads, work.entries.data(), num_kv_heads);",
      ("razorkv_allocation_tests", "razorkv_decode_tests"), "*"),

@@ -2,7 +2,8 @@
 # The razorkv test suite on a fresh Debian machine: installs what it needs, then runs one tier.
 #   bash scripts/test.sh          the full tier, what CI runs: all of the steps below
 #   bash scripts/test.sh quick    steps 0 and 1 without valgrind, benchmarks and examples
-#  0. formatting: every C++ file as .clang-format says (scripts/check_format.sh);
+#  0. formatting: every C++ file as .clang-format says (scripts/check_format.sh), and the
+#     include graph's order of rooms (scripts/check_includes.py);
 #  1. GCC, C++17, -Werror, portable flags: unit tests, C++17/C++20 header checks, consumer
 #     projects (add_subdirectory, find_package, pkg-config), the Python module's tests and the
 #     CLI's, benchmark and demo smoke runs, and the engine on SmolLM2-135M (fetched by
@@ -39,6 +40,8 @@ mkdir -p "$build"
 
 echo "== razorkv: formatting (.clang-format, clang-format 14)"
 bash "$razorkv_root/scripts/check_format.sh" || razorkv_fail "C++ files are not formatted (scripts/check_format.sh --fix)"
+echo "== razorkv: the include graph (no header includes a room above its own)"
+python3 "$razorkv_root/scripts/check_includes.py" >/dev/null || razorkv_fail "a header includes a room above its own (scripts/check_includes.py)"
 
 if [ "$tier" = quick ]; then
   # -O1: the tests' compile time is most of this tier, and -O1 compiles in 60% of -O3's time.

@@ -1,8 +1,8 @@
 // src/kernels.cpp: the decode scheduler compiled once, for builds that link razorkv::kernels, and
 // the choice, at the first call of a kernel, of the kernel set (one per ISA) that the CPU runs
 // best.
-#include "razorkv/detail/decode_kernels.hpp"
-#include "razorkv/detail/decode_schedule.hpp"
+#include "razorkv/attention/decode_schedule.hpp"
+#include "razorkv/kernels/kernel_set.hpp"
 
 #include <cstdlib>
 #include <cstring>

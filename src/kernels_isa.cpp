@@ -1,7 +1,7 @@
 // src/kernels_isa.cpp: every kernel (decode's, prefill's tile and compression's column sums),
 // compiled once per ISA by razorkv::kernels (with -mavx512f..., -mavx2... or the baseline flags),
 // exported under a name that carries the ISA.
-#include "razorkv/detail/decode_kernels.hpp"
+#include "razorkv/kernels/kernel_set.hpp"
 
 #define RAZORKV_DETAIL_CONCAT_(a, b) a##b
 #define RAZORKV_DETAIL_CONCAT(a, b) RAZORKV_DETAIL_CONCAT_(a, b)

@@ -9,6 +9,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/eigen.hpp"
 #include "razorkv/core/head_plan.hpp"
+#include "razorkv/core/parallel_for.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/core/thread_pool.hpp"
 

@@ -3,7 +3,7 @@
 // of decode too), of simd_sum, and of simd_in_register.
 #include <gtest/gtest.h>
 
-#include <razorkv/detail/simd.hpp>
+#include <razorkv/kernels/simd.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -9,11 +9,11 @@
 #include <optional>
 #include <vector>
 
+#include "razorkv/attention/decode_schedule.hpp"
 #include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/decode_schedule.hpp"
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 
@@ -55,7 +55,7 @@ class decode_workspace {
 struct attention_options {
   /// Multiplies q.k before the softmax; empty means 1/sqrt(head_dim). Must be finite.
   std::optional<double> scale;
-  /// Fan-out over kv heads; empty means OpenMP when the caller compiles with it, else serial.
+  /// Fan-out over kv heads; empty means the program's (fans_out_over_openmp()).
   parallel_for_fn parallel_for;
   /// A head with more entries than this is read by several tasks, each over a contiguous run of
   /// entries, whose partial softmax states are merged (flash-decoding), so that one long head
@@ -137,8 +137,7 @@ void decode_one(const Source& source, index_t layer, layer_view<TQ> queries, lay
   std::pmr::vector<decode_work<T, TO>> works(memory.resource());
   works.push_back(prepare_decode(source, layer, queries, out, weights, options.scale,
                                  options.check_finite, "decode_attention", memory.resource()));
-  run_decode(works, source.head_dim(),
-             options.parallel_for ? options.parallel_for : default_parallel_for(),
+  run_decode(works, source.head_dim(), options.parallel_for,
              entries_per_task(options, "decode_attention"), memory.resource());
 }
 
@@ -230,8 +229,7 @@ void decode_attention_batch(const Source* const* caches, index_t batch, index_t 
                                            sequence_weights, options.scale, options.check_finite,
                                            kWhere, memory.resource()));
   }
-  detail::run_decode(works, caches[0]->head_dim(),
-                     options.parallel_for ? options.parallel_for : detail::default_parallel_for(),
+  detail::run_decode(works, caches[0]->head_dim(), options.parallel_for,
                      detail::entries_per_task(options, kWhere), memory.resource());
 }
 

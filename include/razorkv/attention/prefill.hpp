@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "razorkv/attention/decode.hpp"
+#include "razorkv/attention/decode_schedule.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/decode_schedule.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/prefill_kernels.hpp"
+#include "razorkv/kernels/kernel_set.hpp"
+#include "razorkv/kernels/prefill.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
@@ -108,9 +109,8 @@ void prefill_attention(const Source& source, index_t layer, layer_view<TQ> queri
   works.push_back(detail::prepare_decode(source, layer, queries, out, nullptr, options.scale,
                                          options.check_finite, kWhere, memory.resource()));
   if (works.front().per_head <= kPrefillDecodeVectors) {
-    detail::run_decode(works, source.head_dim(),
-                       options.parallel_for ? options.parallel_for : detail::default_parallel_for(),
-                       entries_per_task, memory.resource());
+    detail::run_decode(works, source.head_dim(), options.parallel_for, entries_per_task,
+                       memory.resource());
   } else {
     detail::run_prefill(works.front(), source.head_dim(), options.parallel_for, memory.resource());
   }

@@ -13,8 +13,8 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/softmax.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

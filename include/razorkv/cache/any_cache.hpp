@@ -16,21 +16,6 @@
 
 RAZORKV_BEGIN_NAMESPACE
 
-namespace detail {
-
-// Whether a cache has the memory vocabulary razorkv's caches share: entries(layer, kv_head),
-// kv_bytes() and allocated_bytes().
-template <class C, class = void>
-struct has_memory_vocabulary : std::false_type {};
-
-template <class C>
-struct has_memory_vocabulary<
-    C, std::void_t<decltype(std::declval<const C&>().entries(index_t{}, index_t{})),
-                   decltype(std::declval<const C&>().kv_bytes()),
-                   decltype(std::declval<const C&>().allocated_bytes())>> : std::true_type {};
-
-}  // namespace detail
-
 /// Owns a cache of any type that satisfies the KV-cache contract, and is itself a KV cache: it
 /// forwards the contract (and observe, for caches that learn during decode) through one virtual
 /// call each. Decode reads a span per (kv head, span) per step, so the indirection costs nothing

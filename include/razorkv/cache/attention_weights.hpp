@@ -133,25 +133,6 @@ class attention_weights {
   index_t tokens_ = 0, num_query_heads_ = 0;
 };
 
-namespace detail {
-
-template <class C, class = void>
-struct has_observe_hook : std::false_type {};
-
-template <class C>
-struct has_observe_hook<C, std::void_t<decltype(std::declval<C&>().observe(
-                               index_t{}, std::declval<const attention_weights&>()))>>
-    : std::true_type {};
-
-template <class C, class = void>
-struct reports_observation : std::false_type {};
-
-template <class C>
-struct reports_observation<C, std::void_t<decltype(std::declval<const C&>().observes_attention())>>
-    : std::true_type {};
-
-}  // namespace detail
-
 /// Whether `cache` learns from decode: a cache type with a member
 /// `observe(layer, const attention_weights&)` does (H2O), and a type-erased cache answers for the
 /// cache it holds (a member `observes_attention()`). A decode loop asks decode for the weights

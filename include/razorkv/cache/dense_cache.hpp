@@ -8,12 +8,12 @@
 #include <memory_resource>
 #include <utility>
 
+#include "razorkv/cache/head_rows.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/cache/skeleton.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/cache_skeleton.hpp"
-#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 

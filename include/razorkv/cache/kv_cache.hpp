@@ -43,6 +43,25 @@ struct kv_span {
 //       (one decoded token is tokens == 1).
 // Read-only sources (paged_kv_view over an engine's page pool, any view over memory the engine
 // fills itself) are not caches: decode_attention and compress_layer read them, nothing appends.
+//
+// Optional members: razorkv looks for each (the traits below) and uses it where present.
+//   member, what it says                   has it                   without it
+//   s.max_new_tokens(layer) -> index_t     razor_kv_cache, bounded  no limit on the tokens one
+//     new tokens one decode call may add   (older ones are folded)  decode call adds
+//   s.num_query_heads() -> index_t         razor_kv_cache (its      the queries' head count is
+//     the heads it serves, 0: not known    plan's)                  checked for GQA only
+//   s.is_compressed(layer) -> bool         the compressing caches   decode reads whatever the
+//     decoding an uncompressed layer                                layer holds
+//     is then an error
+//   m.observe(layer, weights)              h2o_kv_cache             observe_decode ignores the
+//     learns from decode's probabilities                            weights, observes_attention()
+//                                                                   is false
+//   s.observes_attention() -> bool         any_kv_cache             the observe member's
+//     answers for the cache it holds                                presence answers
+//   s.entries(layer, kv_head), kv_bytes(), razorkv's caches         num_entries() and
+//     allocated_bytes(): memory vocabulary                          held_kv_bytes() (any_kv_cache)
+class attention_weights;
+
 namespace detail {
 
 template <class S, class = void>
@@ -74,6 +93,48 @@ struct has_append<C, std::void_t<decltype(std::declval<C&>().append(
                          index_t{}, std::declval<layer_view<const typename C::value_type>>(),
                          std::declval<layer_view<const typename C::value_type>>()))>>
     : std::true_type {};
+
+// The optional members of the table above.
+template <class S, class = void>
+struct has_max_new_tokens : std::false_type {};
+template <class S>
+struct has_max_new_tokens<S,
+                          std::void_t<decltype(std::declval<const S&>().max_new_tokens(index_t{}))>>
+    : std::true_type {};
+
+template <class S, class = void>
+struct has_num_query_heads : std::false_type {};
+template <class S>
+struct has_num_query_heads<S, std::void_t<decltype(std::declval<const S&>().num_query_heads())>>
+    : std::true_type {};
+
+template <class S, class = void>
+struct has_is_compressed : std::false_type {};
+template <class S>
+struct has_is_compressed<S,
+                         std::void_t<decltype(std::declval<const S&>().is_compressed(index_t{}))>>
+    : std::true_type {};
+
+template <class C, class = void>
+struct has_observe_hook : std::false_type {};
+template <class C>
+struct has_observe_hook<C, std::void_t<decltype(std::declval<C&>().observe(
+                               index_t{}, std::declval<const attention_weights&>()))>>
+    : std::true_type {};
+
+template <class C, class = void>
+struct reports_observation : std::false_type {};
+template <class C>
+struct reports_observation<C, std::void_t<decltype(std::declval<const C&>().observes_attention())>>
+    : std::true_type {};
+
+template <class C, class = void>
+struct has_memory_vocabulary : std::false_type {};
+template <class C>
+struct has_memory_vocabulary<
+    C, std::void_t<decltype(std::declval<const C&>().entries(index_t{}, index_t{})),
+                   decltype(std::declval<const C&>().kv_bytes()),
+                   decltype(std::declval<const C&>().allocated_bytes())>> : std::true_type {};
 
 }  // namespace detail
 
@@ -121,39 +182,6 @@ void check_token_views(const layer_view<const T>& keys, const layer_view<const T
   RAZORKV_CHECK(keys.tokens() == values.tokens(), kShapeMismatch, where, ": keys.tokens() (",
                 keys.tokens(), ") != values.tokens() (", values.tokens(), ")");
 }
-
-}  // namespace detail
-
-namespace detail {
-
-// Whether a source limits how many tokens appended together stay its newest entries
-// (razor_kv_cache in bounded mode), which decode_attention_multi must then check.
-template <class S, class = void>
-struct has_max_new_tokens : std::false_type {};
-
-template <class S>
-struct has_max_new_tokens<S,
-                          std::void_t<decltype(std::declval<const S&>().max_new_tokens(index_t{}))>>
-    : std::true_type {};
-
-// Whether a source knows the query heads it serves (razor_kv_cache: its plan's), which decode
-// then checks its queries against; 0 from such a source means "not known".
-template <class S, class = void>
-struct has_num_query_heads : std::false_type {};
-
-template <class S>
-struct has_num_query_heads<S, std::void_t<decltype(std::declval<const S&>().num_query_heads())>>
-    : std::true_type {};
-
-// Whether a source fills its layers one by one (the compressing caches), so that decode can say
-// a layer was never filled rather than that it holds no entries.
-template <class S, class = void>
-struct has_is_compressed : std::false_type {};
-
-template <class S>
-struct has_is_compressed<S,
-                         std::void_t<decltype(std::declval<const S&>().is_compressed(index_t{}))>>
-    : std::true_type {};
 
 }  // namespace detail
 

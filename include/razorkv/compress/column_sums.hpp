@@ -1,5 +1,5 @@
 // razorkv/compress/column_sums.hpp: the compensation token's arithmetic: column sums of K/V rows
-// in double (the kernel of detail/column_sum_kernels.hpp, and a scalar reference beside it), and
+// in double (the kernel of kernels/column_sums.hpp, and a scalar reference beside it), and
 // the mean rounded to storage.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/column_sum_kernels.hpp"
-#include "razorkv/detail/dispatch.hpp"
+#include "razorkv/kernels/column_sums.hpp"
+#include "razorkv/kernels/dispatch.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

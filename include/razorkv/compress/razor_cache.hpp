@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "razorkv/cache/dense_cache.hpp"
+#include "razorkv/cache/head_rows.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/cache/skeleton.hpp"
 #include "razorkv/compress/column_sums.hpp"
 #include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_config.hpp"
@@ -23,12 +25,10 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/head_plan.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/cache_skeleton.hpp"
-#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/softmax.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -173,7 +173,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// full layer is made, only what the cache keeps. The layer must not be compressed yet. A
   /// prompt of N <= sinks + L_h tokens is kept whole (N < sinks included). With
   /// config.check_finite, a non-finite key or value is an error naming it. On error nothing
-  /// changes. Heads are processed in parallel (`parallel_for`, else OpenMP when compiled with it).
+  /// changes. Heads are processed in parallel (`parallel_for`, else the program's fan-out:
+  /// fans_out_over_openmp()).
   void compress_layer(index_t layer, layer_view<const T> keys, layer_view<const T> values,
                       const parallel_for_fn& parallel_for = {}) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";

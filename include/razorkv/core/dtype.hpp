@@ -2,10 +2,16 @@
 // Eigen::bfloat16) and the type each one accumulates in (float, or double for double).
 #pragma once
 
-#include <Eigen/Core>
 #include <type_traits>
 
 #include "razorkv/config.hpp"
+
+// Declared as Eigen declares them, so that the contract headers name the 16-bit types without
+// pulling in Eigen/Core; the headers that compute with them include it.
+namespace Eigen {
+struct half;
+struct bfloat16;
+}  // namespace Eigen
 
 RAZORKV_BEGIN_NAMESPACE
 

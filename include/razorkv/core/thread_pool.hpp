@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "razorkv/config.hpp"
+#include "razorkv/core/parallel_for.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -23,7 +23,7 @@ RAZORKV_BEGIN_NAMESPACE
 /// hook: attention_options::parallel_for (decode), compress_layer's last argument, the policies'
 /// and the scorer's options.
 ///
-/// Why not OpenMP's pool (razorkv's default when the caller compiles with -fopenmp): an OpenMP
+/// Why not OpenMP's pool (razorkv's default when the program is built with -fopenmp): an OpenMP
 /// parallel loop returns only when every thread of its team has reached the loop's end, even one
 /// that found no work left. When another process holds one of the cores, that thread may not run
 /// for a whole scheduler time slice, and every decode step waits for it: measured on two cores

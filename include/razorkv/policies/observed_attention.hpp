@@ -14,8 +14,8 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/softmax.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -38,7 +38,7 @@ struct attention_mass {
 struct observation_options {
   /// Multiplies q.k before the softmax; empty means 1/sqrt(head_dim). Must be finite.
   std::optional<double> scale;
-  /// Fan-out over kv heads; empty means OpenMP when compiled with it, else serial.
+  /// Fan-out over kv heads; empty means the program's (fans_out_over_openmp()).
   parallel_for_fn parallel_for;
 };
 

@@ -13,8 +13,8 @@
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/head_plan.hpp"
+#include "razorkv/core/parallel_for.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/policies/memory_budget.hpp"
 #include "razorkv/policies/observed_attention.hpp"
@@ -97,7 +97,7 @@ class prompt_kv {
                               options);
   }
 
-  /// Fan-out for compression and scoring; empty means OpenMP when compiled with it, else serial.
+  /// Fan-out for compression and scoring; empty means the program's (fans_out_over_openmp()).
   parallel_for_fn parallel_for;
   /// Where the cache a policy makes of this prompt takes its K/V rows from (every policy here
   /// passes it to the cache it builds; see razor_kv_cache); null means

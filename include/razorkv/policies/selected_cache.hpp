@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "razorkv/cache/head_rows.hpp"
 #include "razorkv/cache/kv_cache.hpp"
+#include "razorkv/cache/skeleton.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/cache_skeleton.hpp"
-#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
 

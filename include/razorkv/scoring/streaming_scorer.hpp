@@ -16,8 +16,8 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/softmax.hpp"
 #include "razorkv/scoring/head_scores.hpp"
 #include "razorkv/scoring/probe.hpp"
 
@@ -31,7 +31,7 @@ struct qk_scoring_options {
   std::vector<double> alibi_slopes;
   /// Score every row_step-th row of copies 2..R (1: all rows).
   index_t row_step = 1;
-  /// Fan-out over query heads; empty means OpenMP when compiled with it, else serial.
+  /// Fan-out over query heads; empty means the program's (fans_out_over_openmp()).
   parallel_for_fn parallel_for;
 };
 

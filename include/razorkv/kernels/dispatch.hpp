@@ -1,4 +1,4 @@
-// razorkv/detail/dispatch.hpp: the kernels of one ISA as a table (decode's, by pass width and
+// razorkv/kernels/dispatch.hpp: the kernels of one ISA as a table (decode's, by pass width and
 // head dim, compression's column sums and prefill's tile), through which razorkv calls a kernel
 // whether it was compiled here or picked at run time.
 #pragma once
@@ -15,7 +15,7 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-/// attend_head's signature (decode_kernels.hpp), the same for every ISA.
+/// attend_head's signature (kernels/decode.hpp), the same for every ISA.
 template <class T>
 using attend_head_fn = void (*)(const kv_span<T>*, index_t, index_t, const accum_t<T>*,
                                 const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t,
@@ -54,13 +54,13 @@ struct attend_head_table {
   }
 };
 
-/// column_sums' signature (column_sum_kernels.hpp): sums[c] += rows[r][c] for r < count,
+/// column_sums' signature (kernels/column_sums.hpp): sums[c] += rows[r][c] for r < count,
 /// c < dim, rows `stride` elements apart, in double.
 template <class T>
 using column_sums_fn = void (*)(const T* rows, index_t count, index_t stride, index_t dim,
                                 double* sums) noexcept;
 
-/// prefill_tile's signature (prefill_kernels.hpp): `rows` query vectors of one kv head over its
+/// prefill_tile's signature (kernels/prefill.hpp): `rows` query vectors of one kv head over its
 /// spans, in a scratch of prefill_scratch_elements(dim) elements, the output normalised in `out`.
 template <class T>
 using prefill_tile_fn = void (*)(const kv_span<T>* spans, index_t num_spans, index_t dim,

@@ -1,4 +1,4 @@
-// razorkv/detail/cache_skeleton.hpp: what every razorkv cache shares: its shape, checked once,
+// razorkv/cache/skeleton.hpp: what every razorkv cache shares: its shape, checked once,
 // and checked access to its per-layer storage and (for caches that compress) per-head state.
 #pragma once
 
@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "razorkv/cache/head_rows.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/head_rows.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE

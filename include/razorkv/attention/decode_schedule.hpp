@@ -1,4 +1,4 @@
-// razorkv/detail/decode_schedule.hpp: how a decode call becomes kernel work: validation and
+// razorkv/attention/decode_schedule.hpp: how a decode call becomes kernel work: validation and
 // gathering of a source's spans, the task list (longest first), flash-decoding splits and merge.
 #pragma once
 
@@ -16,11 +16,11 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/decode_kernels.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/detail/parallel.hpp"
-#include "razorkv/detail/softmax.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/kernel_set.hpp"
+#include "razorkv/kernels/softmax.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

@@ -1,4 +1,4 @@
-// razorkv/detail/softmax.hpp: the attention-probability core that the head scorer,
+// razorkv/kernels/softmax.hpp: the attention-probability core that the head scorer,
 // observed_attention and H2O share: the scale, rows widened for a GEMM, and the softmax steps.
 #pragma once
 
@@ -14,8 +14,8 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/simd.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

@@ -1,4 +1,4 @@
-// razorkv/detail/prefill_kernels.hpp: the prefill attention tile: a block of query vectors of one
+// razorkv/kernels/prefill.hpp: the prefill attention tile: a block of query vectors of one
 // kv head against that head's spans, as register-tiled matrix products with an online softmax
 // between, compiled per ISA like the decode kernels (so razorkv::kernels can pick it at run time).
 #pragma once
@@ -16,8 +16,8 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/simd.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/simd.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

@@ -1,4 +1,4 @@
-// razorkv/detail/simd.hpp: the vector types of the target ISA, widening of stored rows (half,
+// razorkv/kernels/simd.hpp: the vector types of the target ISA, widening of stored rows (half,
 // bfloat16) to float in vector instructions where the compiler targets them, and a vector exp.
 #pragma once
 

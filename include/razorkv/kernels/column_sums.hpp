@@ -1,4 +1,4 @@
-// razorkv/detail/column_sum_kernels.hpp: the compensation token's kernel, column sums of K/V rows
+// razorkv/kernels/column_sums.hpp: the compensation token's kernel, column sums of K/V rows
 // in double with the rows widened in registers, compiled per ISA like the decode kernels.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/simd.hpp"
+#include "razorkv/kernels/simd.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {

@@ -1,4 +1,4 @@
-// razorkv/detail/head_rows.hpp: head_rows<T>, the owning K/V row storage of one cache head
+// razorkv/cache/head_rows.hpp: head_rows<T>, the owning K/V row storage of one cache head
 // (64-byte aligned, not zero-filled, from a memory resource), and row_blocks<T>, chained blocks.
 #pragma once
 
