@@ -1,5 +1,6 @@
 // razorkv/attention/decode_schedule.hpp: how a decode call becomes kernel work: validation and
-// gathering of a source's spans, the task list (longest first), flash-decoding splits and merge.
+// gathering of a source's spans (prepare), the kernel calls (plan), running them and merging the
+// flash-decoding splits (run).
 #pragma once
 
 #include <algorithm>
@@ -207,30 +208,40 @@ void logits_to_probabilities(float* row, index_t visible, index_t entries, Acc m
   std::fill(row + visible, row + entries, 0.0f);
 }
 
-// Runs the kernels of every work item in one parallel loop. Tasks are (work, kv head, run of
-// 8, 4, 2 or 1 query vectors, run of entries), longest first: a compressed cache mixes full
-// retrieval heads with short ones, and handing out the long ones first keeps a dynamic
-// schedule balanced. A head longer than `entries_per_task` is split into runs of entries whose
-// partial softmax states (max, denominator, unnormalised output) are merged afterwards.
+// --- The plan: which kernel calls a decode makes, and where each writes -----------------------
+
+// One kernel call: the query vectors [first, first + width) of a kv head over its entries
+// [begin, end).
+struct decode_pass {
+  index_t work, kv_head, first, width;
+  index_t begin, end;
+  index_t slot;    // partial-state slot of a split pass, -1 when whole
+  index_t result;  // a whole pass's [width, head_dim] output in decode_buffers::results
+};
+
+// The passes that one (work, kv head, run of query vectors) was split into, merged afterwards.
+struct decode_split {
+  index_t work, kv_head, first, width, first_slot, parts, result;
+};
+
+struct decode_plan {
+  explicit decode_plan(std::pmr::memory_resource* resource) : passes(resource), splits(resource) {}
+
+  std::pmr::vector<decode_pass> passes;  // longest first
+  std::pmr::vector<decode_split> splits;
+  index_t slots = 0;        // partial states of split passes
+  index_t result_size = 0;  // elements of whole passes' and merges' outputs
+};
+
+// Tasks are (work, kv head, run of 8, 4, 2 or 1 query vectors, run of entries), longest first: a
+// compressed cache mixes full retrieval heads with short ones, and handing out the long ones
+// first keeps a dynamic schedule balanced. A head longer than `entries_per_task` is split into
+// runs of entries whose partial softmax states (max, denominator, unnormalised output) are merged
+// afterwards (flash-decoding).
 template <class T, class TO>
-void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_dim,
-                const parallel_for_fn& parallel_for, index_t entries_per_task,
-                std::pmr::memory_resource* resource) {
-  using Acc = accum_t<T>;
-  struct pass {
-    index_t work, kv_head, first, width;  // the query vectors [first, first + width) of a kv head
-    index_t begin, end;                   // the entries read
-    index_t slot;                         // partial-state slot of a split pass, -1 when whole
-    index_t result;                       // a whole pass's [width, head_dim] output in `results`
-  };
-  struct split {
-    index_t work, kv_head, first, width, first_slot, parts, result;
-  };
-  // Every buffer a task writes is carved out here, before the fan-out: the tasks allocate
-  // nothing (and the call nothing at all from a decode_workspace large enough).
-  std::pmr::vector<pass> passes(resource);
-  std::pmr::vector<split> splits(resource);
-  index_t slots = 0, result_size = 0;
+decode_plan plan_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_dim,
+                        index_t entries_per_task, std::pmr::memory_resource* resource) {
+  decode_plan plan(resource);
   for (index_t w = 0; w < static_cast<index_t>(works.size()); ++w) {
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(w)];
     for (index_t h = 0; h < static_cast<index_t>(work.entries.size()); ++h) {
@@ -239,127 +250,157 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
       for (index_t j = 0; j < work.per_head;) {
         const index_t width = pass_width(work.per_head - j);
         if (parts <= 1) {
-          passes.push_back({w, h, j, width, 0, entries, -1, result_size});
+          plan.passes.push_back({w, h, j, width, 0, entries, -1, plan.result_size});
         } else {
-          splits.push_back({w, h, j, width, slots, parts, result_size});
+          plan.splits.push_back({w, h, j, width, plan.slots, parts, plan.result_size});
           for (index_t p = 0; p < parts; ++p) {
-            passes.push_back(
-                {w, h, j, width, p * entries / parts, (p + 1) * entries / parts, slots++, -1});
+            plan.passes.push_back(
+                {w, h, j, width, p * entries / parts, (p + 1) * entries / parts, plan.slots++, -1});
           }
         }
-        result_size += width * head_dim;
+        plan.result_size += width * head_dim;
         j += width;
       }
     }
   }
   // Longest first, ties in the order made (std::stable_sort would allocate a buffer).
-  std::sort(passes.begin(), passes.end(), [](const pass& a, const pass& b) {
+  std::sort(plan.passes.begin(), plan.passes.end(), [](const decode_pass& a, const decode_pass& b) {
     const index_t a_length = a.end - a.begin, b_length = b.end - b.begin;
     if (a_length != b_length) return a_length > b_length;
     return std::tie(a.work, a.kv_head, a.first, a.begin) <
            std::tie(b.work, b.kv_head, b.first, b.begin);
   });
+  return plan;
+}
 
-  // Outputs of whole passes and of merges, [result_size]; partial states of split passes:
-  // [slots, kMaxQueriesPerPass, head_dim] outputs, and [slots, kMaxQueriesPerPass] maxima and
-  // denominators; each pass's rows widened from half ([2 * kWidenRows, head_dim], only where
-  // the CPU cannot widen half in registers).
-  const std::size_t per_slot = static_cast<std::size_t>(kMaxQueriesPerPass * head_dim);
-  std::pmr::vector<Acc> results(static_cast<std::size_t>(result_size), resource);
-  std::pmr::vector<Acc> partial_out(static_cast<std::size_t>(slots) * per_slot, resource);
-  std::pmr::vector<Acc> partial_max(static_cast<std::size_t>(slots * kMaxQueriesPerPass), resource);
-  std::pmr::vector<Acc> partial_den(partial_max.size(), resource);
-  const dtype_kernels<T>& chosen = kernels_for<T>();  // may throw (below: the fan-out)
-  const std::size_t scratch_per_pass =
-      chosen.needs_widening_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0;
-  std::pmr::vector<Acc> scratch(passes.size() * scratch_per_pass, resource);
-  // Nothing below throws: now the caller's weights take the step's shape (prepare_decode gave
-  // them room, so this allocates nothing).
-  for (const decode_work<T, TO>& work : works) {
-    if (work.weights != nullptr)
-      work.weights->reset(work.tokens, work.group * static_cast<index_t>(work.entries.size()),
-                          work.entries.data(), static_cast<index_t>(work.entries.size()));
+// Every buffer the passes and merges write, carved out before the fan-out, so that the tasks
+// allocate nothing (and a call nothing at all from a decode_workspace large enough): outputs of
+// whole passes and of merges ([result_size]); partial states of split passes
+// ([slots, kMaxQueriesPerPass, head_dim] outputs, [slots, kMaxQueriesPerPass] maxima and
+// denominators); each pass's rows widened from half ([2 * kWidenRows, head_dim], only where the
+// CPU cannot widen half in registers).
+template <class Acc>
+struct decode_buffers {
+  decode_buffers(const decode_plan& plan, index_t head_dim, bool needs_widening_scratch,
+                 std::pmr::memory_resource* resource)
+      : per_slot(static_cast<std::size_t>(kMaxQueriesPerPass * head_dim)),
+        scratch_per_pass(
+            needs_widening_scratch ? static_cast<std::size_t>(2 * kWidenRows * head_dim) : 0),
+        results(static_cast<std::size_t>(plan.result_size), resource),
+        partial_out(static_cast<std::size_t>(plan.slots) * per_slot, resource),
+        partial_max(static_cast<std::size_t>(plan.slots * kMaxQueriesPerPass), resource),
+        partial_den(partial_max.size(), resource),
+        scratch(plan.passes.size() * scratch_per_pass, resource) {}
+
+  std::size_t per_slot, scratch_per_pass;
+  std::pmr::vector<Acc> results, partial_out, partial_max, partial_den, scratch;
+
+  Acc* slot_max(index_t slot) { return partial_max.data() + slot * kMaxQueriesPerPass; }
+  Acc* slot_den(index_t slot) { return partial_den.data() + slot * kMaxQueriesPerPass; }
+  Acc* slot_out(index_t slot) {
+    return partial_out.data() + static_cast<std::size_t>(slot) * per_slot;
   }
+};
 
-  const auto write_out = [&](const decode_work<T, TO>& work, index_t kv_head, index_t first,
-                             index_t width, const Acc* result) {
-    for (index_t q = 0; q < width; ++q) {
-      const index_t j = first + q;
-      TO* dst = work.out.token(j / work.group).row(kv_head * work.group + j % work.group);
-      for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[q * head_dim + c]);
-    }
-  };
+// --- Run and merge -------------------------------------------------------------------------
 
-  const attend_head_table<T>& kernels = chosen.attend_head;
-  run_parallel(parallel_for, static_cast<index_t>(passes.size()), [&](index_t p) {
-    const pass& task = passes[static_cast<std::size_t>(p)];
+// Writes the normalised outputs of query vectors [first, first + width) of a kv head to the
+// call's out, in its dtype.
+template <class T, class TO>
+void write_decode_out(const decode_work<T, TO>& work, index_t kv_head, index_t first, index_t width,
+                      index_t head_dim, const accum_t<T>* result) {
+  for (index_t q = 0; q < width; ++q) {
+    const index_t j = first + q;
+    TO* dst = work.out.token(j / work.group).row(kv_head * work.group + j % work.group);
+    for (index_t c = 0; c < head_dim; ++c) dst[c] = static_cast<TO>(result[q * head_dim + c]);
+  }
+}
+
+// Runs every pass of the plan in one parallel loop. A whole pass writes its output (and, when
+// the work reports weights, its probabilities); a split pass leaves its partial state for
+// merge_decode_splits.
+template <class T, class TO>
+void run_decode_passes(const std::pmr::vector<decode_work<T, TO>>& works, const decode_plan& plan,
+                       decode_buffers<accum_t<T>>& buffers, const attend_head_table<T>& kernels,
+                       index_t head_dim, const parallel_for_fn& parallel_for) {
+  using Acc = accum_t<T>;
+  run_parallel(parallel_for, static_cast<index_t>(plan.passes.size()), [&](index_t p) {
+    const decode_pass& task = plan.passes[static_cast<std::size_t>(p)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(task.work)];
     const std::size_t h = static_cast<std::size_t>(task.kv_head);
     index_t visible[kMaxQueriesPerPass];
     for (index_t q = 0; q < task.width; ++q)
       visible[q] = work.visible(task.kv_head, task.first + q);
     const bool whole = task.slot < 0;
-    Acc* out = whole ? results.data() + task.result
-                     : partial_out.data() + static_cast<std::size_t>(task.slot) * per_slot;
     // A whole pass that reports weights keeps its softmax state, to normalise them below.
     Acc whole_max[kMaxQueriesPerPass], whole_den[kMaxQueriesPerPass];
     const bool keep_state = whole && work.weights != nullptr;
-    Acc* maybe_max = !whole ? partial_max.data() + task.slot * kMaxQueriesPerPass
-                            : (keep_state ? whole_max : nullptr);
-    Acc* den = !whole ? partial_den.data() + task.slot * kMaxQueriesPerPass
-                      : (keep_state ? whole_den : nullptr);
-    float* logits = nullptr;
-    index_t logits_stride = 0;
+
+    attend_head_params<T> call;
+    call.spans = work.spans.data() + work.first_span[h];
+    call.num_spans = work.first_span[h + 1] - work.first_span[h];
+    call.head_dim = head_dim;
+    call.queries = work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
+    call.visible = visible;
+    call.out = whole ? buffers.results.data() + task.result : buffers.slot_out(task.slot);
+    call.scratch =
+        buffers.scratch_per_pass == 0
+            ? nullptr
+            : buffers.scratch.data() + static_cast<std::size_t>(p) * buffers.scratch_per_pass;
+    call.range_begin = task.begin;
+    call.range_end = task.end;
+    if (!whole) {
+      call.partial_max = buffers.slot_max(task.slot);
+      call.partial_denominator = buffers.slot_den(task.slot);
+    } else if (keep_state) {
+      call.partial_max = whole_max;
+      call.partial_denominator = whole_den;
+    }
     if (work.weights != nullptr) {
       const matrix_view<float> head_weights = work.weights->kv_head(task.kv_head);
-      logits = head_weights.row(task.first);
-      logits_stride = head_weights.row_stride();
+      call.logits = head_weights.row(task.first);
+      call.logits_stride = head_weights.row_stride();
     }
-    Acc* widened = scratch_per_pass == 0
-                       ? nullptr
-                       : scratch.data() + static_cast<std::size_t>(p) * scratch_per_pass;
-    const kv_span<T>* head_spans = work.spans.data() + work.first_span[h];
-    const index_t num_head_spans = work.first_span[h + 1] - work.first_span[h];
-    const Acc* head_queries =
-        work.scaled.data() + (task.kv_head * work.per_head + task.first) * head_dim;
-    kernels.find(task.width, head_dim)(head_spans, num_head_spans, head_dim, head_queries, visible,
-                                       out, widened, task.begin, task.end, maybe_max, den, logits,
-                                       logits_stride);
+    kernels.find(task.width, head_dim)(call);
+
     if (keep_state) {
       for (index_t q = 0; q < task.width; ++q) {
         const Acc inverse = Acc(1) / whole_den[q];
-        for (index_t c = 0; c < head_dim; ++c) out[q * head_dim + c] *= inverse;
-        logits_to_probabilities(logits + q * logits_stride, visible[q], work.entries[h],
+        for (index_t c = 0; c < head_dim; ++c) call.out[q * head_dim + c] *= inverse;
+        logits_to_probabilities(call.logits + q * call.logits_stride, visible[q], work.entries[h],
                                 whole_max[q], whole_den[q]);
       }
     }
-    if (whole) write_out(work, task.kv_head, task.first, task.width, out);
+    if (whole) write_decode_out(work, task.kv_head, task.first, task.width, head_dim, call.out);
   });
+}
 
-  // Merge: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) d_p, M the largest m_p. The first
-  // part holds entry 0, which every query reads, so M is finite.
-  run_parallel(parallel_for, static_cast<index_t>(splits.size()), [&](index_t i) {
-    const split& group = splits[static_cast<std::size_t>(i)];
+// Merges the split passes: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) d_p, M the largest
+// m_p. The first part holds entry 0, which every query reads, so M is finite.
+template <class T, class TO>
+void merge_decode_splits(const std::pmr::vector<decode_work<T, TO>>& works, const decode_plan& plan,
+                         decode_buffers<accum_t<T>>& buffers, index_t head_dim,
+                         const parallel_for_fn& parallel_for) {
+  using Acc = accum_t<T>;
+  constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  run_parallel(parallel_for, static_cast<index_t>(plan.splits.size()), [&](index_t i) {
+    const decode_split& group = plan.splits[static_cast<std::size_t>(i)];
     const decode_work<T, TO>& work = works[static_cast<std::size_t>(group.work)];
-    Acc* merged = results.data() + group.result;
+    Acc* merged = buffers.results.data() + group.result;
     for (index_t q = 0; q < group.width; ++q) {
-      Acc largest = -std::numeric_limits<Acc>::infinity();
+      Acc largest = kNegInf;
       for (index_t p = 0; p < group.parts; ++p) {
-        largest = std::max(
-            largest,
-            partial_max[static_cast<std::size_t>((group.first_slot + p) * kMaxQueriesPerPass + q)]);
+        largest = std::max(largest, buffers.slot_max(group.first_slot + p)[q]);
       }
       Acc denominator = 0;
       Acc* dst = merged + q * head_dim;
       for (index_t p = 0; p < group.parts; ++p) {
         const index_t slot = group.first_slot + p;
-        const Acc part_max = partial_max[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
-        if (part_max == -std::numeric_limits<Acc>::infinity())
-          continue;  // the query read nothing there
+        const Acc part_max = buffers.slot_max(slot)[q];
+        if (part_max == kNegInf) continue;  // the query read nothing there
         const Acc scale = std::exp(part_max - largest);
-        denominator += scale * partial_den[static_cast<std::size_t>(slot * kMaxQueriesPerPass + q)];
-        const Acc* src =
-            partial_out.data() + static_cast<std::size_t>(slot) * per_slot + q * head_dim;
+        denominator += scale * buffers.slot_den(slot)[q];
+        const Acc* src = buffers.slot_out(slot) + q * head_dim;
         for (index_t c = 0; c < head_dim; ++c) dst[c] += scale * src[c];
       }
       const Acc inverse = Acc(1) / denominator;
@@ -371,8 +412,28 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
             work.entries[static_cast<std::size_t>(group.kv_head)], largest, denominator);
       }
     }
-    write_out(work, group.kv_head, group.first, group.width, merged);
+    write_decode_out(work, group.kv_head, group.first, group.width, head_dim, merged);
   });
+}
+
+// A decode call's kernels, planned, run and merged. Everything that can fail (the kernel choice,
+// the buffers) happens before the caller's weights change or the first task runs.
+template <class T, class TO>
+void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_dim,
+                const parallel_for_fn& parallel_for, index_t entries_per_task,
+                std::pmr::memory_resource* resource) {
+  const decode_plan plan = plan_decode(works, head_dim, entries_per_task, resource);
+  const dtype_kernels<T>& chosen = kernels_for<T>();  // may throw
+  decode_buffers<accum_t<T>> buffers(plan, head_dim, chosen.needs_widening_scratch, resource);
+  // Nothing below throws: now the caller's weights take the step's shape (prepare_decode gave
+  // them room, so this allocates nothing).
+  for (const decode_work<T, TO>& work : works) {
+    if (work.weights != nullptr)
+      work.weights->reset(work.tokens, work.group * static_cast<index_t>(work.entries.size()),
+                          work.entries.data(), static_cast<index_t>(work.entries.size()));
+  }
+  run_decode_passes(works, plan, buffers, chosen.attend_head, head_dim, parallel_for);
+  merge_decode_splits(works, plan, buffers, head_dim, parallel_for);
 }
 
 template <class Source, class TQ, class TO>

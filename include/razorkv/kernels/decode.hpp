@@ -462,28 +462,24 @@ inline void exp_block(Acc* RAZORKV_RESTRICT w, const Acc* RAZORKV_RESTRICT shift
   }
 }
 
-/// The decode kernel for kQ query vectors that read the same kv head. queries are already
-/// multiplied by the softmax scale. Query q reads the first visible[q] entries of the head
-/// (the concatenation of its spans). Writes the normalised attention output to out.
-///
-/// \param spans   [num_spans] the head's spans, validated by the caller
-/// \param queries [kQ, dim] scaled queries
-/// \param visible [kQ] entries each query may read, each in [1, total entries]
-/// \param out     [kQ, dim] result
-/// \param scratch [2 * kWidenRows * dim] widened K and V rows (half only; else unused)
-/// \param range   [begin, end): the entries this call reads (all of them, or one task's run)
-/// \param maybe_partial_max, partial_denominator  [kQ] each: when non-null, out is left
-///                un-normalised and the running max and denominator are stored for a merge
-/// \param maybe_logits [kQ, logits_stride]: when non-null, query q's logit (scaled score plus
-///                log-weight) of every entry e it reads in the range is stored at
-///                maybe_logits[q * logits_stride + e], for the caller to turn into probabilities
+/// The decode kernel for kQ query vectors that read the same kv head (attend_head_params says
+/// what each member holds). Query q reads the first visible[q] entries of the head (the
+/// concatenation of its spans) within [range_begin, range_end), and its normalised attention
+/// output goes to out (unnormalised, with its softmax state, when partial_max is set).
 template <class T, int kQ, int kDim>
-void attend_head(const kv_span<T>* spans, index_t num_spans, index_t runtime_dim,
-                 const accum_t<T>* RAZORKV_RESTRICT queries, const index_t* visible,
-                 accum_t<T>* RAZORKV_RESTRICT out, accum_t<T>* RAZORKV_RESTRICT scratch,
-                 index_t range_begin, index_t range_end, accum_t<T>* maybe_partial_max,
-                 accum_t<T>* partial_denominator, float* RAZORKV_RESTRICT maybe_logits,
-                 index_t logits_stride) {
+void attend_head(const attend_head_params<T>& call) {
+  const kv_span<T>* spans = call.spans;
+  const index_t num_spans = call.num_spans;
+  const accum_t<T>* RAZORKV_RESTRICT queries = call.queries;
+  const index_t* visible = call.visible;
+  accum_t<T>* RAZORKV_RESTRICT out = call.out;
+  accum_t<T>* RAZORKV_RESTRICT scratch = call.scratch;
+  const index_t range_begin = call.range_begin, range_end = call.range_end;
+  accum_t<T>* maybe_partial_max = call.partial_max;
+  accum_t<T>* partial_denominator = call.partial_denominator;
+  float* RAZORKV_RESTRICT maybe_logits = call.logits;
+  const index_t logits_stride = call.logits_stride;
+  const index_t runtime_dim = call.head_dim;
   using Acc = accum_t<T>;
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   const index_t dim = kDim > 0 ? kDim : runtime_dim;

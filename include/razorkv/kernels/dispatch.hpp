@@ -15,11 +15,32 @@
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-/// attend_head's signature (kernels/decode.hpp), the same for every ISA.
+/// One call of a decode kernel (attend_head, kernels/decode.hpp): kQ query vectors that read the
+/// same kv head, the kQ the kernel was compiled for. The optional members are null by default.
 template <class T>
-using attend_head_fn = void (*)(const kv_span<T>*, index_t, index_t, const accum_t<T>*,
-                                const index_t*, accum_t<T>*, accum_t<T>*, index_t, index_t,
-                                accum_t<T>*, accum_t<T>*, float*, index_t);
+struct attend_head_params {
+  const kv_span<T>* spans = nullptr;  ///< [num_spans] the head's spans, validated by the caller
+  index_t num_spans = 0;
+  index_t head_dim = 0;                    ///< read by the kernel that serves every head dim
+  const accum_t<T>* queries = nullptr;     ///< [kQ, head_dim] queries, multiplied by the scale
+  const index_t* visible = nullptr;        ///< [kQ] entries each query reads, in [1, entries]
+  accum_t<T>* out = nullptr;               ///< [kQ, head_dim] the attention output
+  accum_t<T>* scratch = nullptr;           ///< [2 * kWidenRows, head_dim] widened rows (see
+                                           ///< dtype_kernels::needs_widening_scratch)
+  index_t range_begin = 0, range_end = 0;  ///< the entries [begin, end) this call reads
+  /// Optional, [kQ] each: when set, out is left unnormalised and the running max and
+  /// denominator are stored here, for a merge of the runs a long head was split into.
+  accum_t<T>* partial_max = nullptr;
+  accum_t<T>* partial_denominator = nullptr;
+  /// Optional, [kQ, logits_stride]: when set, query q's logit (scaled score plus log-weight) of
+  /// every entry e it reads in the range goes to logits[q * logits_stride + e].
+  float* logits = nullptr;
+  index_t logits_stride = 0;
+};
+
+/// attend_head's signature, the same for every ISA.
+template <class T>
+using attend_head_fn = void (*)(const attend_head_params<T>&);
 
 // The pass widths (query vectors per kernel call) and head dims the kernels are specialised for;
 // dim 0 reads the head dim at run time and serves every other dim.
