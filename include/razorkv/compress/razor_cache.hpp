@@ -20,6 +20,7 @@
 #include "razorkv/compress/column_sums.hpp"
 #include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/razor_config.hpp"
+#include "razorkv/compress/razor_head.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/any_view.hpp"
 #include "razorkv/core/dtype.hpp"
@@ -44,29 +45,6 @@ struct compensation_token {
 };
 
 namespace detail {
-
-// One kv head of a razor_kv_cache.
-template <class T>
-struct razor_head {
-  bool retrieval = false;
-  index_t window = 0;          // L_h; in bounded mode the most entries the ring keeps (>= 1)
-  detail::head_rows<T> sinks;  // [<= N0, dim] (non-retrieval heads; fewer for a short prompt)
-  // Retrieval heads: every token; else the recent window. A ring over its whole capacity: its
-  // ring_rows entries start at row ring_start and wrap to row 0 (a bounded window slides, and
-  // a window that chunked prefill moves forward frees rows at its front). recent.rows() is how
-  // far rows were ever written, so that views into the ring stay inside written rows.
-  detail::head_rows<T> recent;
-  index_t ring_start = 0, ring_rows = 0;
-  // Growing heads (retrieval heads; every head in append mode): the tokens appended once
-  // `recent` is full, in chained blocks of config.growth_rows rows.
-  detail::row_blocks<T> appended;
-  index_t dropped = 0;  // D: tokens folded into the compensation token
-  // [1, dim] each: the sums of the dropped keys and of the dropped values, in double (one row
-  // from compression on; none in mode none).
-  detail::head_rows<double> sums;
-  // [1, dim] once D > 0 (capacity 1 from compression, not in mode none)
-  detail::head_rows<T> mean;
-};
 
 struct razor_state_access;  // save_state and restore_state (compress/razor_state.hpp)
 
@@ -278,7 +256,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         // One block per chunk, rounded up to whole growth_rows: few spans.
         const index_t block = detail::checked_mul(
             (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
-        head.appended.reserve_more(added - room(head, added), block, head_dim(), memory_resource());
+        head.appended.reserve_more(added - head.room(added), block, head_dim(), memory_resource());
         continue;
       }
       g.to_sinks = std::min(added, config_.sinks - head.sinks.rows());
@@ -302,18 +280,18 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head_growth& g = growth[static_cast<std::size_t>(h)];
       const matrix_view<const T> chunk_keys = keys.head(h), chunk_values = values.head(h);
       if (head.retrieval) {
-        push_growing(head, chunk_keys, chunk_values);
+        head.push_growing(chunk_keys, chunk_values);
         return;
       }
       head.sinks.write(head.sinks.rows(), chunk_keys.middle_rows(0, g.to_sinks),
                        chunk_values.middle_rows(0, g.to_sinks));
       head.sinks.set_rows(head.sinks.rows() + g.to_sinks);
-      if (g.rows.capacity() > 0) move_ring(head, std::move(g.rows));
+      if (g.rows.capacity() > 0) head.move_ring(std::move(g.rows));
       head.window = config_.decode == decode_mode::kBounded ? std::max<index_t>(g.rule_window, 1)
                                                             : g.rule_window;
-      slide_window(head, chunk_keys.middle_rows(g.to_sinks, added - g.to_sinks),
-                   chunk_values.middle_rows(g.to_sinks, added - g.to_sinks), g.rule_window,
-                   sum_columns);
+      head.slide_window(chunk_keys.middle_rows(g.to_sinks, added - g.to_sinks),
+                        chunk_values.middle_rows(g.to_sinks, added - g.to_sinks), g.rule_window,
+                        sum_columns);
     });
     l.tokens = l.prompt_tokens = total;
   }
@@ -346,7 +324,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     // room lasts, and then append allocates nothing).
     for (head_state& head : l.heads) {
       if (grows(head))
-        head.appended.reserve_more(added - room(head, added), config_.growth_rows, head_dim(),
+        head.appended.reserve_more(added - head.room(added), config_.growth_rows, head_dim(),
                                    memory_resource());
     }
     // Phase 2: no allocation, nothing that throws.
@@ -355,9 +333,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       const matrix_view<const T> new_keys = keys.head(static_cast<index_t>(h));
       const matrix_view<const T> new_values = values.head(static_cast<index_t>(h));
       if (grows(head)) {
-        push_growing(head, new_keys, new_values);
+        head.push_growing(new_keys, new_values);
       } else {
-        slide_window(head, new_keys, new_values, head.window, sum_columns);
+        head.slide_window(new_keys, new_values, head.window, sum_columns);
       }
     }
     l.tokens = total;
@@ -389,7 +367,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   index_t num_spans(index_t layer, index_t kv_head) const {
     index_t count = 0;
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::num_spans");
-    for_each_fixed_span(head, [&](const kv_span<T>&) { ++count; });
+    head.for_each_fixed_span(config_.compensation, [&](const kv_span<T>&) { ++count; });
     return count + head.appended.blocks_in_use();
   }
   // Found without walking the appended blocks: decode asks for every span of a head, and a
@@ -398,7 +376,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::span");
     kv_span<T> found;
     index_t fixed = 0;
-    for_each_fixed_span(head, [&](const kv_span<T>& s) {
+    head.for_each_fixed_span(config_.compensation, [&](const kv_span<T>& s) {
       if (fixed++ == i) found = s;
     });
     if (i >= 0 && i < fixed) return found;
@@ -429,7 +407,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// Entries (rows of K and of V) the head holds, the compensation token counting as one.
   index_t entries(index_t layer, index_t kv_head) const {
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::entries");
-    return head.sinks.rows() + head.mean.rows() + head.ring_rows + head.appended.rows();
+    return head.entries();
   }
   /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
   /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression.
@@ -504,7 +482,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       if (!l.compressed) continue;  // appends to it are errors: it grows no block
       for (const head_state& head : l.heads) {
         if (grows(head)) {
-          const index_t past_room = tokens - room(head, tokens);
+          const index_t past_room = tokens - head.room(tokens);
           blocks += head.appended.blocks_needed(past_room, config_.growth_rows);
         }
       }
@@ -527,14 +505,9 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   bool grows(const head_state& head) const noexcept {
     return head.retrieval || config_.decode == decode_mode::kAppend;
   }
-  // Of `added` new tokens, how many a growing head writes into the room `recent` has left.
-  static index_t room(const head_state& head, index_t added) noexcept {
-    return std::min(added, head.recent.capacity() - head.ring_rows);
-  }
   // Entries the head will hold after `tokens` more tokens.
   index_t entries_after(const head_state& head, index_t tokens) const {
-    const index_t held =
-        head.sinks.rows() + head.mean.rows() + head.ring_rows + head.appended.rows();
+    const index_t held = head.entries();
     if (grows(head)) return detail::checked_add(held, tokens, "entries");
     const index_t ring = std::min(head.window, head.ring_rows + tokens);
     const bool folds = head.ring_rows + tokens > head.window;
@@ -544,28 +517,6 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   }
   static void check_planned_tokens(index_t tokens, const char* where) {
     RAZORKV_CHECK(tokens >= 0, kInvalidArgument, where, ": tokens (", tokens, ") must be >= 0");
-  }
-
-  // A head's spans in order are: sinks, compensation token, recent rows oldest first
-  // ([start, capacity) then [0, wrapped) for a wrapped ring), appended blocks; empty parts are
-  // skipped. This calls f(span) for those before the appended blocks (at most four).
-  template <class F>
-  void for_each_fixed_span(const head_state& head, F&& f) const {
-    const auto part = [&](const detail::head_rows<T>& rows, index_t first, index_t count,
-                          float log_weight) {
-      if (count > 0) f(kv_span<T>{rows.keys(first, count), rows.values(first, count), log_weight});
-    };
-    part(head.sinks, 0, head.sinks.rows(), 0.0f);
-    if (head.mean.rows() > 0) {
-      const float log_weight = config_.compensation == compensation_mode::kWeighted
-                                   ? static_cast<float>(std::log(static_cast<double>(head.dropped)))
-                                   : 0.0f;
-      part(head.mean, 0, 1, log_weight);
-    }
-    const index_t rows = head.ring_rows, start = head.ring_start;
-    const index_t first_part = std::min(rows, head.recent.capacity() - start);
-    part(head.recent, start, first_part, 0.0f);
-    part(head.recent, 0, rows - first_part, 0.0f);
   }
 
   // One head's prefill as contiguous pieces, oldest first: one piece for a layer view, one per
@@ -690,12 +641,12 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                      detail::add_rows_to_sums(sum_columns, k, head.sums.key_row(0));
                      detail::add_rows_to_sums(sum_columns, v, head.sums.value_row(0));
                    });
-          refresh_mean(head);
+          head.refresh_mean();
         }
       }
       for_rows(source, tokens - job.keep_recent, job.keep_recent,
                [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-                 push_ring(head, k, v);
+                 head.push_ring(k, v);
                });
     });
 
@@ -743,82 +694,6 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   static const model_shape& shape_of(const std::shared_ptr<const head_plan>& plan) {
     RAZORKV_CHECK(plan != nullptr, kInvalidArgument, "razor_kv_cache: plan is null");
     return plan->shape();
-  }
-
-  // Writes rows at the end of the head's ring, wrapping at its capacity (which must hold them).
-  static void push_ring(head_state& head, const matrix_view<const T>& keys,
-                        const matrix_view<const T>& values) noexcept {
-    const index_t capacity = head.recent.capacity();
-    for (index_t done = 0; done < keys.rows();) {
-      const index_t slot = (head.ring_start + head.ring_rows) % capacity;
-      const index_t take = std::min(keys.rows() - done, capacity - slot);
-      head.recent.write(slot, keys.middle_rows(done, take), values.middle_rows(done, take));
-      head.recent.set_rows(std::max(head.recent.rows(), slot + take));
-      head.ring_rows += take;
-      done += take;
-    }
-  }
-  // A growing head keeps every row: the ring's room first, then chained blocks (reserved).
-  static void push_growing(head_state& head, const matrix_view<const T>& keys,
-                           const matrix_view<const T>& values) noexcept {
-    const index_t added = keys.rows(), into_ring = room(head, added);
-    push_ring(head, keys.middle_rows(0, into_ring), values.middle_rows(0, into_ring));
-    head.appended.append(keys.middle_rows(into_ring, added - into_ring),
-                         values.middle_rows(into_ring, added - into_ring));
-  }
-  // Moves the head's ring into `larger` rows, oldest first from row 0.
-  static void move_ring(head_state& head, detail::head_rows<T>&& larger) noexcept {
-    head_state moved;
-    moved.recent = std::move(larger);
-    const index_t capacity = head.recent.capacity(), start = head.ring_start;
-    const index_t first_part = std::min(head.ring_rows, capacity - start);
-    push_ring(moved, head.recent.keys(start, first_part), head.recent.values(start, first_part));
-    push_ring(moved, head.recent.keys(0, head.ring_rows - first_part),
-              head.recent.values(0, head.ring_rows - first_part));
-    head.recent = std::move(moved.recent);
-    head.ring_start = 0;
-  }
-
-  // Rewrites the stored mean token from the exact sums.
-  void refresh_mean(head_state& head) const noexcept {
-    const index_t dim = head_dim();
-    detail::store_mean(head.sums.key_row(0), head.dropped, dim, head.mean.key_row(0));
-    detail::store_mean(head.sums.value_row(0), head.dropped, dim, head.mean.value_row(0));
-    head.mean.set_rows(1);
-  }
-
-  // The head's ring keeps the last `window` tokens of the stream [ring, oldest first | new
-  // tokens] (bounded decode; a window that chunked prefill moves forward); whatever falls off
-  // its front is folded, in stream order, into the compensation token (by sum_columns). The
-  // ring's capacity holds what stays.
-  void slide_window(head_state& head, const matrix_view<const T>& new_keys,
-                    const matrix_view<const T>& new_values, index_t window,
-                    detail::column_sums_fn<T> sum_columns) const noexcept {
-    detail::head_rows<T>& ring = head.recent;
-    const index_t capacity = ring.capacity(), added = new_keys.rows();
-    const index_t evicted = std::max<index_t>(0, head.ring_rows + added - window);
-    const index_t from_ring = std::min(head.ring_rows, evicted), from_new = evicted - from_ring;
-    const bool compensate = head.sums.rows() > 0;
-    const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
-      if (!compensate || k.rows() == 0) return;
-      detail::add_rows_to_sums(sum_columns, k, head.sums.key_row(0));
-      detail::add_rows_to_sums(sum_columns, v, head.sums.value_row(0));
-    };
-    if (from_ring > 0) {
-      // The oldest ring rows: [start, capacity) first, then from row 0.
-      const index_t first_part = std::min(from_ring, capacity - head.ring_start);
-      fold(ring.keys(head.ring_start, first_part), ring.values(head.ring_start, first_part));
-      fold(ring.keys(0, from_ring - first_part), ring.values(0, from_ring - first_part));
-      head.ring_start = (head.ring_start + from_ring) % capacity;
-      head.ring_rows -= from_ring;
-    }
-    fold(new_keys.middle_rows(0, from_new), new_values.middle_rows(0, from_new));
-    push_ring(head, new_keys.middle_rows(from_new, added - from_new),
-              new_values.middle_rows(from_new, added - from_new));
-    if (evicted > 0) {
-      head.dropped += evicted;
-      if (compensate) refresh_mean(head);
-    }
   }
 
   friend struct detail::razor_state_access;

@@ -243,7 +243,7 @@ struct razor_state_access {
         head.sinks.set_rows(sink_rows);
         head.recent = allocate(capacity, "a head's ring");
         read_rows(ring_rows, keys, values, "a head's ring");
-        razor_kv_cache<T>::push_ring(head, view(keys, ring_rows), view(values, ring_rows));
+        head.push_ring(view(keys, ring_rows), view(values, ring_rows));
         if (compensate && !head.retrieval) {
           head.mean = allocate(1, "a head's mean");
           read_rows(mean_rows, keys, values, "a head's mean");
@@ -271,7 +271,7 @@ struct razor_state_access {
             check.mean = head_rows<T>(1, dim);
             check.sums = head.sums;
             check.dropped = head.dropped;
-            cache.refresh_mean(check);
+            check.refresh_mean();
             RAZORKV_CHECK(std::memcmp(check.mean.key_row(0), keys.data(),
                                       static_cast<std::size_t>(dim) * sizeof(T)) == 0 &&
                               std::memcmp(check.mean.value_row(0), values.data(),
