@@ -960,6 +960,10 @@ PYBIND11_MODULE(_razorkv, m) {
            [](const razor_cache& c) {
              return c.visit([](const auto& cache) { return cache.compression_ratio(); });
            })
+      .def("dropped_tokens",
+           [](const razor_cache& c) {
+             return c.visit([](const auto& cache) { return cache.dropped_tokens(); });
+           })
       .def("kv_bytes_after",
            [](const razor_cache& c, index_t tokens) {
              return c.visit([&](const auto& cache) { return cache.kv_bytes_after(tokens); });

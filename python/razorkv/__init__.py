@@ -235,6 +235,12 @@ class RazorCache(_CacheMethods):
     def compression_ratio(self):
         return self._cache.compression_ratio()
 
+    def dropped_tokens(self):
+        """Tokens the heads have folded into their compensation tokens, over every layer and kv
+        head. 0 after compression says the cache kept the prompt whole: no head had more than its
+        sinks and window (at least config.s0 tokens, 4,000 by default)."""
+        return self._cache.dropped_tokens()
+
     def kv_bytes_after(self, tokens):
         return self._cache.kv_bytes_after(tokens)
 

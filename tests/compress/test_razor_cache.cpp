@@ -212,16 +212,20 @@ TEST(RazorkvRazorCacheWindow, RulesPrecedenceAndShortPrompts) {
     const auto cache = window_at(30, config);  // S0 = 10 > ceil(30 / 5) = 6
     EXPECT_EQ(cache.window(0, 0), 10);
     EXPECT_EQ(cache.compensation(0, 0).count, 16);
+    EXPECT_EQ(cache.dropped_tokens(0), 3 * 16 + (30 - 4 - 7));  // head 3: its window of 7
+    EXPECT_EQ(cache.dropped_tokens(), cache.dropped_tokens(0));
   }
   {
     const auto cache = window_at(14, config);  // N = N0 + L_h: nothing dropped
     EXPECT_EQ(cache.entries(0, 0), 14);
     EXPECT_EQ(cache.num_spans(0, 0), 2);  // sinks and recent, no compensation token
     EXPECT_EQ(cache.compensation(0, 0).count, 0);
+    EXPECT_EQ(cache.dropped_tokens(), 14 - 4 - 7);  // only head 3, whose window is 7
   }
   {
     const auto cache = window_at(4, config);  // N == N0
     EXPECT_EQ(cache.entries(0, 0), 4);
+    EXPECT_EQ(cache.dropped_tokens(), 0);  // kept whole: what a caller checks
   }
   config.fixed_window = 5;
   {

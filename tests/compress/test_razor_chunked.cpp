@@ -278,6 +278,7 @@ TYPED_TEST(RazorkvChunkedPrefill, ShortPromptsAreKeptWhole) {
       }
       EXPECT_EQ(cache.kv_bytes(), cache.dense_kv_bytes());
       EXPECT_EQ(cache.compression_ratio(), 1.0);
+      EXPECT_EQ(cache.dropped_tokens(), 0);
       std::vector<float> got(static_cast<std::size_t>(kQueryHeads * kDim)), want(got.size());
       razorkv::decode_attention(cache, 0, q, matrix_view<float>(got.data(), kQueryHeads, kDim));
       razorkv::decode_attention(dense, 0, q, matrix_view<float>(want.data(), kQueryHeads, kDim));

@@ -362,6 +362,12 @@ class RazorCache(unittest.TestCase):
         self.assertEqual(cache.dtype, "float16")
         self.assertLess(cache.kv_bytes(), cache.dense_kv_bytes())
         self.assertAlmostEqual(cache.compression_ratio(), cache.kv_bytes() / cache.dense_kv_bytes())
+        self.assertGreater(cache.dropped_tokens(), 0)
+        whole = razorkv.RazorCache(self.plan, "float32")  # S0 = 4,000: this prompt is kept whole
+        for layer in range(2):
+            whole.compress_layer(layer, self.keys[layer], self.values[layer])
+        self.assertEqual(whole.dropped_tokens(), 0)
+        self.assertEqual(whole.compression_ratio(), 1.0)
         again = razorkv.RazorCache.restore_state(cache.save_state(), "float16")
         q = rng.standard_normal((4, 16)).astype(np.float32)
         np.testing.assert_array_equal(again.decode(0, q), cache.decode(0, q))

@@ -404,6 +404,24 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     return token;
   }
 
+  /// Tokens the layer's heads have folded into their compensation tokens, summed over its kv
+  /// heads. 0 after compressing a prompt says the cache kept it whole: no head had more than its
+  /// sinks and window (a window of at least S0 = 4,000 tokens by default), so the layer holds
+  /// what a dense cache does.
+  index_t dropped_tokens(index_t layer) const {
+    index_t total = 0;
+    for (index_t h = 0; h < num_kv_heads(); ++h) {
+      total += head_at(layer, h, "razor_kv_cache::dropped_tokens").dropped;
+    }
+    return total;
+  }
+  /// dropped_tokens over every layer.
+  index_t dropped_tokens() const {
+    index_t total = 0;
+    for (index_t l = 0; l < num_layers(); ++l) total += dropped_tokens(l);
+    return total;
+  }
+
   /// Entries (rows of K and of V) the head holds, the compensation token counting as one.
   index_t entries(index_t layer, index_t kv_head) const {
     const head_state& head = head_at(layer, kv_head, "razor_kv_cache::entries");
