@@ -26,9 +26,8 @@ inline namespace RAZORKV_DETAIL_ISA {
 // Rows of K/V per online-softmax step, counted over a head's entries whatever its spans (so the
 // caches need no alignment to it). The kernel reads a block of K with the block of V before it
 // (kStepRows): 256 rows (128 KB of float K at dim 128, in L2) per block amortise the accumulator
-// rescale and the vectorised exp, and keep the hardware prefetchers streaming. Measured on Zen 4 (2
-// threads, 32K tokens, medians of 8 paired runs): 256 rows beat 64 by 1.11-1.25x at GQA 8,
-// 1.07-1.16x at GQA 4 and 1.01-1.06x at GQA 1, in float, half and bfloat16.
+// rescale and the vectorised exp, and keep the hardware prefetchers streaming
+// (docs/benchmarks.md, "The decode kernel's constants").
 inline constexpr index_t kBlockRows = 256;
 // 16-bit rows are widened to float this many at a time, so the scratch stays in L1.
 inline constexpr index_t kWidenRows = 16;
@@ -84,15 +83,10 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_load_as<Acc>(row + j * kW);
   }
   // A plain load that the queries of a GQA group share is pinned to a register, so that it is
-  // loaded once, not once per query (see simd_in_register). GCC tuned for Zen folds a load into
-  // every multiply-add that reads it: the value sums of float GQA 4 then load each value vector
-  // four times, and wait on the load ports. Pinned, on Zen 2 (AVX2) -march=native's float GQA 4
-  // decode ran 1.07x faster, as fast as the default tuning's; on Zen 5 (AVX-512, GCC 12's znver3
-  // tuning) its value sums took 0.44x the time with the rows in L2, the whole decode 0.79x in
-  // cache (one thread), and cold it was unchanged (1.00-1.03x, 16 rounds taking turns, with the
-  // read bandwidth at 26 GB/s). Pinning more measured slower on Zen 2, from the registers it ties
-  // up: the queries as well, bfloat16 GQA 4 1.2x and half GQA 8 1.07x (1.3x at bfloat16 GQA 4
-  // with the widened 16-bit rows too); MHA's rows, read once, 1.03-1.05x.
+  // loaded once, not once per query (see simd_in_register): GCC tuned for Zen folds a load into
+  // every multiply-add that reads it and then waits on the load ports. Pinning more than these
+  // measured slower, from the registers it ties up (docs/benchmarks.md, "The decode kernel's
+  // constants").
   if constexpr (kReaders > 1 && std::is_same_v<S, Acc>) {
     RAZORKV_UNROLL
     for (int j = 0; j < kCount; ++j) vectors[j] = simd_in_register<Acc>(vectors[j]);
@@ -133,14 +127,9 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
       for (int u = 0; u < kUnit; ++u) {
         simd_t<Acc> query = simd_load(queries + q * dim + c + u * kW);
         // kRows key rows read this query vector. GCC may fold its load into each row's
-        // multiply-add instead (seen in its assembly), and at GQA 8 with AVX-512 (2 rows x 8
-        // queries) that is more loads than the load ports feed: once the value sums prefetched
-        // the values (kValuePrefetch), GCC stopped keeping the queries in registers, and GQA 8
-        // took 1.25-1.33x the time with the rows in cache, 1.1-1.4x cold. Pinned, the two changes
-        // together took 0.94-1.03x the time of the kernel before them in cache and, cold,
-        // 0.84-0.94x in float and 0.89-1.01x in 16-bit (one-off harness: attend_head on 2 threads
-        // of Zen 5, 32K-row heads, 9-15 rounds taking turns in one process, five runs). At GQA 4
-        // the pin gained nothing (1.03-1.15x); with one row per call (AVX2 at GQA 8) there is none.
+        // multiply-add instead, and at GQA 8 with AVX-512 (2 rows x 8 queries) that is more loads
+        // than the load ports feed; at GQA 4 the pin gained nothing (docs/benchmarks.md, "The
+        // decode kernel's constants").
         if constexpr (kQ >= 8 && kRows > 1) query = simd_in_register<Acc>(query);
         RAZORKV_UNROLL
         for (int r = 0; r < kRows; ++r) acc[r][q] += query * key[r][u];
@@ -171,15 +160,15 @@ constexpr int pow2_floor(int n, int cap) {
   return p;
 }
 
-// Key rows per dot_rows call: kQ * kRows accumulators + kRows keys + 1 query in registers.
-// Capped at 2: measured on AVX-512 (Zen 5), 4 rows x 4 queries is 1.5x slower than 2 x 4.
+// Key rows per dot_rows call: kQ * kRows accumulators + kRows keys + 1 query in registers,
+// capped at 2 rows, which measured faster than 4 (docs/benchmarks.md, "The decode kernel's
+// constants").
 template <int kQ>
 inline constexpr int kDotRows = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 2);
 
 // Value vectors per accumulate step: kQ * kColumns accumulators + kColumns values + 1 weight.
 // Capped at 8, a whole head_dim-128 float row with AVX-512, so that MHA reads each value row once
-// front to back: against a cap of 4, float MHA decode 1.2x faster on one thread of Zen 4 (32K
-// tokens, cold) and 1.02-1.37x on two; 16-bit MHA 0.91-1.14x (paired runs, 4K-128K tokens).
+// front to back (docs/benchmarks.md, "The decode kernel's constants").
 template <int kQ>
 inline constexpr int kValueColumns = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 8);
 
@@ -274,7 +263,8 @@ inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZO
 // The element type the kernels read a block's rows as: the stored type itself where a vector
 // load widens in registers (float and double need none, bfloat16 is a shift, half has an
 // instruction on AVX-512F and F16C), else float rows widened into a scratch buffer. Widening
-// in registers saves a store and a reload per element: 1.5x on bfloat16 decode (Zen 5, 2 threads).
+// in registers saves a store and a reload per element (docs/benchmarks.md, "The decode kernel's
+// constants").
 template <class T>
 using kernel_row_t =
     std::conditional_t<std::is_same_v<T, Eigen::half> && !kHalfInRegisters, float, T>;
@@ -283,10 +273,8 @@ using kernel_row_t =
 // bfloat16 rows, whose even and odd elements widen from one load with a shift and a mask
 // (simd_load_bf16_split), of a head_dim fixed at compile time and a multiple of 2 * kW. The sums
 // of the values are the same bit for bit; a score adds its products in another order, which
-// every span split and task split shares. Measured on Zen 4 against widening in order (both
-// kernels in one process, taking turns, 2 threads): with the layer in cache MHA 1.6-1.8x faster,
-// GQA 4 1.1-1.3x; cold (32K-128K tokens) MHA 1.06-1.17x, GQA 4 1.03-1.12x. GQA 8 gained nothing
-// (0.95-1.08x), and keeps the order.
+// every span split and task split shares. GQA 8 gained nothing from it and keeps the order
+// (docs/benchmarks.md, "The decode kernel's constants").
 template <class T, int kQ, int kDim>
 inline constexpr bool kSplitColumns =
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
@@ -320,43 +308,25 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
   }
 }
 
-// How attend_head feeds the memory system, by storage dtype and queries per pass; chosen by
-// measurement on Zen 4 (32K tokens x 8 kv heads, one thread, cold K/V, 2 runs of each variant),
-// and where said on Zen 5.
+// How attend_head feeds the memory system, by storage dtype and queries per pass, each constant
+// chosen by measurement (docs/benchmarks.md, "The decode kernel's constants").
 //
 // kStepRows: rows of one stream (a block's keys, the previous block's values) read before
 // switching to the other. Interleaving them finely keeps both streams in flight, which helps
-// where the arithmetic is lightest: 16-bit MHA read 1.3x faster with 16 rows than with whole
-// blocks. Everywhere else whole blocks were as fast or faster (16-bit GQA 8: 16 rows 0.8x; float
-// MHA 0.9x, and 0.9-1.0x with two threads).
+// where the arithmetic is lightest (16-bit MHA); elsewhere whole blocks were as fast or faster.
 template <class T, int kQ>
 inline constexpr index_t kStepRows = sizeof(T) == 2 && kQ == 1 ? kWidenRows : kBlockRows;
 // kPrefetchRows: software prefetch look-ahead of the keys, in rows; 0 leaves them to the hardware
-// prefetchers. For float one row ahead beat none (up to 1.5x at GQA 8) and 16-64 rows ahead (by
-// 5-20%). For 16-bit rows no prefetch beat every distance on Zen 4, by up to 1.35x at GQA 1 and
-// 4, when they were widened through a scratch buffer; widened in registers, on Zen 5, keys one
-// row ahead made 16-bit GQA 8 0.71-0.83x the time cold (32K and 128K tokens, 2 threads, 6 rounds
-// taking turns, two runs), GQA 4 0.90-1.08x and MHA 1.02-1.06x, so MHA's keys stay with the
-// hardware, as do rows still widened through the scratch (half without F16C).
+// prefetchers. One row ahead for float, and for 16-bit rows widened in registers at GQA 4 and 8;
+// MHA's 16-bit keys and rows widened through the scratch stay with the hardware.
 template <class T, int kQ>
 inline constexpr index_t kPrefetchRows =  // one row ahead, or none
     static_cast<index_t>(sizeof(T) >= 4 || (kQ >= 4 && std::is_same_v<kernel_row_t<T>, T>));
 // kValuePrefetch: when the value rows are prefetched, so that they arrive during arithmetic rather
-// than stall it. It pays where the arithmetic dominates. Scoring a key row can prefetch its value
-// row (read one block later): float GQA 8 read 1.3x faster with that on Zen 4, and 16-bit GQA 4
-// on Zen 5 (0.70-0.88x the time cold, the same runs as above; GQA 8 0.70-0.81x, with the keys').
-// That leaves the value sums without memory traffic, though, while the scores fetch both streams:
-// one thread of Zen 5 spent 62 cycles a row scoring 16-bit GQA 8 from L2 and 99 from DRAM, the
-// value sums 33 and 35 (cycles of the core's clock). So GQA 8 prefetches each value row
-// kValueAheadRows rows ahead as it sums the values instead, which spreads the fetches over both.
-// In a one-off harness (attend_head on 2 threads, 32K-row heads, 11 rounds taking turns, two runs)
-// that took 0.92-0.97x the time cold in float, half and bfloat16, in a build where GCC kept the
-// queries in registers, which dot_rows now makes sure of (see there, with the figures of the two
-// together); 8 rows ahead took 1.05-1.08x, 128 and 256 rows were as good as 32. 16-bit GQA 4,
-// whose value sums are shorter, gained nothing from it (0.99-1.05x) and keeps the prefetch with
-// the keys. Float GQA 4 went either way with the keys: 1.1-1.3x slower on Zen 4, the
-// prefetches then only crowding the keys' stream, 0.90-0.93x on Zen 5, so it keeps the Zen 4
-// choice, none.
+// than stall it. Scoring a key row can prefetch its value row (read one block later), which pays
+// at 16-bit GQA 4; GQA 8 prefetches each value row kValueAheadRows rows ahead as it sums the
+// values instead, which spreads the fetches over both passes (its scores fetch both streams
+// otherwise); float GQA 4 and MHA prefetch no values.
 enum class value_prefetch { none, with_keys, with_values };
 template <class T, int kQ>
 inline constexpr value_prefetch kValuePrefetch = kPrefetchRows<T, kQ> == 0 ? value_prefetch::none
@@ -369,15 +339,9 @@ inline constexpr index_t kValueAheadRows = 32;
 // kValueSweepRows: rows per accumulate_values call, each block of value columns summed down all of
 // them before the next block. With 32-byte vectors a GQA 4 block is 2 vectors (4 x 2 accumulators
 // fill the 16 registers): 32 bytes of a 16-bit row, half a cache line, so each sweep reads a line
-// of every row and the next sweep the same lines again. Why shorter sweeps help is not known for
-// sure (16 rows' lines fit L1 as well); the likeliest reading is that they walk the rows nearer to
-// a sequential stream, which the hardware prefetchers follow sooner. On Zen 2 (2 threads, cold K/V,
-// 32K and 128K tokens, the builds taking turns, medians of 6, four runs), 8 rows instead of 16 took
-// 0.85-0.89x the time in bfloat16 and 0.88-1.01x in half, and 0.90-1.06x with the layer in cache
-// (1K tokens, within the runs' noise). Float, whose block is a whole line of each row, went either
-// way cold (0.92-1.05x), 4 rows were 1.1-1.2x slower in cache, and MHA and GQA 8 gained nothing
-// from 8 (0.93-1.05x cold): those keep 16, as does AVX-512, untimed. (Half rows widened through the
-// scratch are summed as they are widened, kWidenRows at a time.)
+// of every row and the next sweep the same lines again; 8-row sweeps measured faster there, and
+// the other shapes keep 16 (docs/benchmarks.md, "The decode kernel's constants"). (Half rows
+// widened through the scratch are summed as they are widened, kWidenRows at a time.)
 template <class T, int kQ>
 inline constexpr index_t kValueSweepRows = std::is_same_v<kernel_row_t<T>, T> &&
                                                    sizeof(T) == 2 && kVectorBytes == 32 && kQ == 4
@@ -508,11 +472,8 @@ void attend_head(const attend_head_params<T>& call) {
   // Two blocks' weights: the scores of the block being read, the softmax weights of the one
   // before it, whose values are read alongside (see below). Each is [kBlockRows, kQ], row by row
   // (w[r * kQ + q]): a key row's kQ scores leave dot_rows' horizontal sums as one store, and a
-  // value row's kQ weights share a line. Query by query ([kQ, kBlockRows]) the sums were
-  // scattered kBlockRows apart, a store per query and row; on Zen 2 (2 threads, cold K/V, 32K and
-  // 128K tokens, medians of 5, the builds taking turns) row by row took 0.91-0.96x the time at
-  // 16-bit GQA 4 and 0.92-0.95x at 16-bit GQA 8, 0.95-1.01x in float; in cache 0.92-1.09x over
-  // two runs (0.92-1.01x at 16-bit GQA 8, 1.04-1.09x at float GQA 4, 1.0-1.07x at MHA).
+  // value row's kQ weights share a line, where query by query they were a store per query and
+  // row (docs/benchmarks.md, "The decode kernel's constants").
   alignas(64) Acc weights[2][std::size_t{kBlockRows * kQ}];
   Acc* block_weights = weights[0];
   Acc* previous_weights = weights[1];
