@@ -24,7 +24,8 @@ using fanout_fn = void (*)(index_t count, const std::function<void(index_t)>& bo
 // OpenMP registers OpenMP's pool here as the program starts. The choice must not live in the body
 // of an inline function that reads _OPENMP: an engine that compiles some units with -fopenmp and
 // some without would hold two definitions of it, and the linker would keep either one for all.
-// A constant-initialised pointer is set before any unit's dynamic initialisation could read it.
+// Constant-initialised, so that a call made during some unit's dynamic initialisation, before
+// the registration, reads null and runs its tasks on the calling thread.
 inline std::atomic<fanout_fn> registered_fanout{nullptr};
 
 #if defined(_OPENMP)
