@@ -197,6 +197,13 @@ class RazorCache(_CacheMethods):
     HugePageResource its K/V memory comes from (kept alive by the cache), or None for the heap."""
 
     def __init__(self, plan, dtype="float32", config=None, *, resource=None, _cache=None):
+        if _cache is None:
+            if not isinstance(dtype, str):
+                raise Error(f"RazorCache: dtype must be a dtype name such as 'float32', got a "
+                            f"{type(dtype).__name__} (a RazorConfig is passed as config=)")
+            if config is not None and not isinstance(config, RazorConfig):
+                raise Error(f"RazorCache: config must be a RazorConfig or None, got a "
+                            f"{type(config).__name__}")
         self._cache = _cache or _razorkv._RazorCache(plan, dtype, config or RazorConfig(),
                                                      resource)
 

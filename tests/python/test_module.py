@@ -363,6 +363,10 @@ class RazorCache(unittest.TestCase):
         self.assertLess(cache.kv_bytes(), cache.dense_kv_bytes())
         self.assertAlmostEqual(cache.compression_ratio(), cache.kv_bytes() / cache.dense_kv_bytes())
         self.assertGreater(cache.dropped_tokens(), 0)
+        with self.assertRaisesRegex(razorkv.Error, "dtype must be a dtype name .* got a RazorConfig"):
+            razorkv.RazorCache(self.plan, self.config)
+        with self.assertRaisesRegex(razorkv.Error, "config must be a RazorConfig or None, got a str"):
+            razorkv.RazorCache(self.plan, "float32", "s0=256")
         whole = razorkv.RazorCache(self.plan, "float32")  # S0 = 4,000: this prompt is kept whole
         for layer in range(2):
             whole.compress_layer(layer, self.keys[layer], self.values[layer])
