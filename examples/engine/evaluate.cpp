@@ -1,6 +1,7 @@
 // razorkv_trained_evaluate: the trained model at equal memory. Every policy (full, RazorAttention
 // and its ablations, random heads, StreamingLLM, SnapKV, H2O, the head-budget sweep) runs through
-// one engine on copy, needle (a random run found and copied), key/value retrieval and held-out
+// one engine on copy, needle (a random run found and copied, scored per byte), whole needles (five
+// kinds, scored by exact match of the generated rest), key/value retrieval and held-out
 // likelihood trials, at several context lengths, at a third of the full cache, and so does
 // RazorAttention with a chunked prefill (never dense); prints the table and writes a CSV and an
 // SVG chart.
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <sstream>
@@ -28,6 +30,8 @@ using razorkv::index_t;
 struct policy_totals {
   double copy_correct = 0, copy_predictions = 0;
   double needle_correct = 0, needle_predictions = 0;
+  double whole_correct[std::size(tiny_llama::kByteNeedles)] = {};  ///< per kind of needle
+  double whole_trials[std::size(tiny_llama::kByteNeedles)] = {};
   double retrieval_correct = 0, retrieval_trials = 0, answer_chars = 0;
   double nll = 0, nll_tokens = 0;
   double kv_bytes = 0, kv_samples = 0;
@@ -72,6 +76,13 @@ std::vector<razorkv::policy> policies_for(const razorkv::head_plan& plan,
   return out;
 }
 
+template <std::size_t N>
+double total_of(const double (&values)[N]) {
+  double sum = 0;
+  for (const double v : values) sum += v;
+  return sum;
+}
+
 std::string fixed(double x, int digits) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.*f", digits, x);
@@ -84,7 +95,8 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
                const std::map<std::pair<std::string, index_t>, policy_totals>& totals,
                double full_fraction) {
   const int panel_w = 260, panel_h = 220, left = 60, top = 50, gap = 60, legend = 330;
-  const int width = left + 4 * (panel_w + gap) + legend, height = top + panel_h + 70;
+  constexpr int kPanels = 5;
+  const int width = left + kPanels * (panel_w + gap) + legend, height = top + panel_h + 70;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
@@ -106,6 +118,10 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
        [](const policy_totals& t) {
          return t.needle_correct / std::max(1.0, t.needle_predictions);
        }},
+      {"needle: whole answers (5 kinds)", 0, 1,
+       [](const policy_totals& t) {
+         return total_of(t.whole_correct) / std::max(1.0, total_of(t.whole_trials));
+       }},
       {"retrieval: exact match", 0, 1,
        [](const policy_totals& t) {
          return t.retrieval_correct / std::max(1.0, t.retrieval_trials);
@@ -113,7 +129,7 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
       {"held-out NLL (nats / byte)", 0, 0,
        [](const policy_totals& t) { return t.nll / std::max(1.0, t.nll_tokens); }},
   };
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kPanels; ++k) {
     const panel& p = panels[k];
     double lo = p.lo, hi = p.hi;
     if (lo == hi) {  // the NLL panel: the range of the data
@@ -160,7 +176,7 @@ void write_svg(const std::string& path, const std::vector<std::string>& names,
           << colours[n % 13] << "\" points=\"" << points.str() << "\"/>\n";
     }
   }
-  const int lx = left + 4 * (panel_w + gap) - 20;
+  const int lx = left + kPanels * (panel_w + gap) - 20;
   for (std::size_t n = 0; n < names.size(); ++n) {
     svg << "<rect x=\"" << lx << "\" y=\"" << top + 18 * static_cast<int>(n)
         << "\" width=\"14\" height=\"4\" fill=\"" << colours[n % 13] << "\"/><text x=\"" << lx + 20
@@ -198,13 +214,16 @@ int main(int argc, char** argv) {
     const std::vector<index_t> lengths =
         quick ? std::vector<index_t>{512} : std::vector<index_t>{512, 1024, 1920};
     const int copy_trials = quick ? 2 : 16, nll_trials = quick ? 1 : 16, per_depth = quick ? 1 : 10;
+    const int whole_per_depth = quick ? 1 : 4;  // per kind of needle
     const std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
 
     std::vector<std::string> names;
     std::map<std::pair<std::string, index_t>, policy_totals> totals;
     std::uint64_t trial_index = 0;
     const char* const chunked = "razor, chunked prefill (64-token chunks)";
-    const auto record = [&](index_t length, const tiny_llama::trial& t, int kind) {
+    enum task { kCopy, kRetrieval, kLikelihood, kNeedle, kWholeNeedle };
+    const auto record = [&](index_t length, const tiny_llama::trial& t, task kind,
+                            std::size_t needle_kind = 0) {
       const std::vector<razorkv::policy> policies =
           policies_for(plan, scores, m.cfg().head_dim(), 1000 + trial_index++);
       std::vector<tiny_llama::trial_outcome> outcomes =
@@ -218,13 +237,16 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < trial_names.size(); ++i) {
         policy_totals& total = totals[{trial_names[i], length}];
         const tiny_llama::trial_outcome& o = outcomes[i];
-        if (kind == 0) {
+        if (kind == kCopy) {
           total.copy_correct += o.correct;
           total.copy_predictions += o.predictions;
-        } else if (kind == 3) {
+        } else if (kind == kNeedle) {
           total.needle_correct += o.correct;
           total.needle_predictions += o.predictions;
-        } else if (kind == 1) {
+        } else if (kind == kWholeNeedle) {
+          total.whole_correct[needle_kind] += o.correct;
+          total.whole_trials[needle_kind] += 1;
+        } else if (kind == kRetrieval) {
           total.retrieval_correct += o.correct;
           total.retrieval_trials += 1;
           total.answer_chars += static_cast<double>(o.generated.size());
@@ -240,28 +262,44 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(
           static_cast<std::uint64_t>(length));  // fixed seeds: the same trials every run
       for (int i = 0; i < copy_trials; ++i)
-        record(length, tiny_llama::copy_trial(text, length, rng), 0);
+        record(length, tiny_llama::copy_trial(text, length, rng), kCopy);
       for (double depth : depths) {
         for (int i = 0; i < per_depth; ++i)
-          record(length, tiny_llama::retrieval_trial(text, length, depth, rng), 1);
+          record(length, tiny_llama::retrieval_trial(text, length, depth, rng), kRetrieval);
       }
       for (double depth : depths) {
         for (int i = 0; i < per_depth; ++i) {
-          record(length, tiny_llama::needle_trial(text, length, depth, rng), 3);
+          record(length, tiny_llama::needle_trial(text, length, depth, rng), kNeedle);
         }
       }
       for (int i = 0; i < nll_trials; ++i)
-        record(length, tiny_llama::likelihood_trial(text, length, rng), 2);
+        record(length, tiny_llama::likelihood_trial(text, length, rng), kLikelihood);
+      // Whole needles draw from their own stream, so that the trials above stay as they were.
+      std::mt19937_64 whole_rng(static_cast<std::uint64_t>(length) * 7919u + 17u);
+      for (std::size_t k = 0; k < std::size(tiny_llama::kByteNeedles); ++k) {
+        for (double depth : depths) {
+          for (int i = 0; i < whole_per_depth; ++i) {
+            record(length,
+                   tiny_llama::whole_needle_trial(text, length, depth, tiny_llama::kByteNeedles[k],
+                                                  whole_rng),
+                   kWholeNeedle, k);
+          }
+        }
+      }
       std::fprintf(stderr, "evaluated %lld-token contexts\n", static_cast<long long>(length));
     }
 
     std::ofstream csv(out_dir + "/trained_eval.csv");
     RAZORKV_CHECK(csv.good(), kInvalidArgument, "razorkv_trained_evaluate: cannot write \"",
                   out_dir, "/trained_eval.csv\"; does the output folder exist?");
-    csv << "policy,context,copy_accuracy,needle_accuracy,retrieval_exact_match,retrieval_trials,"
-           "answer_chars,nll_per_byte,kv_fraction_of_full\n";
-    std::printf("%-44s %7s %7s %7s %9s %7s %9s %8s\n", "policy", "context", "copy", "needle",
-                "retrieval", "answer", "NLL/byte", "KV held");
+    csv << "policy,context,copy_accuracy,needle_accuracy,needle_whole,needle_whole_trials";
+    for (const tiny_llama::byte_needle k : tiny_llama::kByteNeedles) {
+      csv << ",needle_whole_" << tiny_llama::byte_needle_name(k);
+    }
+    csv << ",retrieval_exact_match,retrieval_trials,answer_chars,nll_per_byte,kv_fraction_of_"
+           "full\n";
+    std::printf("%-44s %7s %7s %7s %7s %9s %7s %9s %8s\n", "policy", "context", "copy", "needle",
+                "whole", "retrieval", "answer", "NLL/byte", "KV held");
     for (index_t length : lengths) {
       const policy_totals& full = totals.at({"full", length});
       for (const std::string& name : names) {
@@ -271,10 +309,18 @@ int main(int argc, char** argv) {
         const double retrieval = t.retrieval_correct / t.retrieval_trials;
         const double answer = t.answer_chars / t.retrieval_trials, nll = t.nll / t.nll_tokens;
         const double kv = (t.kv_bytes / t.kv_samples) / (full.kv_bytes / full.kv_samples);
-        std::printf("%-44s %7lld %7.3f %7.3f %9.3f %7.2f %9.4f %8.3f\n", name.c_str(),
-                    static_cast<long long>(length), copy, needle, retrieval, answer, nll, kv);
-        csv << '"' << name << "\"," << length << ',' << copy << ',' << needle << ',' << retrieval
-            << ',' << t.retrieval_trials << ',' << answer << ',' << nll << ',' << kv << '\n';
+        const double whole_trials = total_of(t.whole_trials);
+        const double whole = total_of(t.whole_correct) / whole_trials;
+        std::printf("%-44s %7lld %7.3f %7.3f %7.3f %9.3f %7.2f %9.4f %8.3f\n", name.c_str(),
+                    static_cast<long long>(length), copy, needle, whole, retrieval, answer, nll,
+                    kv);
+        csv << '"' << name << "\"," << length << ',' << copy << ',' << needle << ',' << whole << ','
+            << whole_trials;
+        for (std::size_t k = 0; k < std::size(tiny_llama::kByteNeedles); ++k) {
+          csv << ',' << t.whole_correct[k] / t.whole_trials[k];
+        }
+        csv << ',' << retrieval << ',' << t.retrieval_trials << ',' << answer << ',' << nll << ','
+            << kv << '\n';
       }
     }
     std::vector<std::string> charted;  // the head-budget sweep stays in the table

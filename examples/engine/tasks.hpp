@@ -1,5 +1,6 @@
-// examples/engine/tasks.hpp: the evaluation tasks of the trained model (copy, key/value
-// retrieval, held-out likelihood), each run on one dense prefill under any set of cache policies.
+// examples/engine/tasks.hpp: the evaluation tasks of the trained model (copy, needles scored per
+// byte and whole, key/value retrieval, held-out likelihood), each run on one dense prefill under
+// any set of cache policies.
 //
 // Every trial prefills a context densely, lets each policy compress it to the same memory
 // budget, then feeds a continuation through decode over the compressed cache: the question of a
@@ -45,8 +46,9 @@ inline std::string heldout_text(const std::string& repo_root) {
 struct trial {
   std::vector<int> context;
   std::vector<int> continuation;  ///< teacher-forced through decode
-  index_t generate = 0;           ///< then this many greedy tokens (retrieval)
-  std::string answer;             ///< retrieval: the expected greedy tokens
+  index_t generate = 0;           ///< then this many greedy tokens (retrieval, whole needle)
+  std::string answer;             ///< the expected greedy tokens, all of them right to count
+  bool newline_ends = true;       ///< a generated newline ends the answer (not in a byte run)
 };
 
 /// What one policy did on one trial.
@@ -55,7 +57,7 @@ struct trial_outcome {
       0;  ///< copy: predictions right inside the second copy; retrieval: exact match (0/1)
   double predictions = 0;  ///< copy: predictions made
   double nll = 0;          ///< summed negative log-likelihood (nats) of continuation[1..]
-  std::string generated;   ///< retrieval: the greedy answer up to a newline
+  std::string generated;   ///< retrieval, whole needle: the greedy answer
   index_t kv_bytes = 0;    ///< K/V held after compressing the context
 };
 
@@ -86,6 +88,80 @@ inline trial needle_trial(const std::string& text, index_t context_tokens, doubl
   const auto at = static_cast<std::ptrdiff_t>(depth * static_cast<double>(filler_size));
   context.insert(context.begin() + at, run.begin(), run.end());
   return {context, run, 0, ""};
+}
+
+/// What a whole-answer needle is made of: random bytes (ids 0..255, as the calibration probe
+/// draws them), digits, lowercase letters, letters and digits mixed, or a UUID (36 characters:
+/// lowercase hex in 8-4-4-4-12 groups).
+enum class byte_needle { kRandomBytes, kDigits, kLetters, kAlphanumeric, kUuid };
+
+inline constexpr byte_needle kByteNeedles[] = {byte_needle::kRandomBytes, byte_needle::kDigits,
+                                               byte_needle::kLetters, byte_needle::kAlphanumeric,
+                                               byte_needle::kUuid};
+
+inline const char* byte_needle_name(byte_needle kind) {
+  switch (kind) {
+    case byte_needle::kRandomBytes:
+      return "bytes";
+    case byte_needle::kDigits:
+      return "digits";
+    case byte_needle::kLetters:
+      return "letters";
+    case byte_needle::kAlphanumeric:
+      return "alnum";
+    case byte_needle::kUuid:
+      return "uuid";
+  }
+  return "?";
+}
+
+/// The needle itself: 32 characters of `kind`'s alphabet, or a 36-character UUID.
+inline std::string make_byte_needle(byte_needle kind, std::mt19937_64& rng) {
+  const auto pick = [&](const char* alphabet, std::size_t size) {
+    return alphabet[razorkv::detail::uniform_below(rng, size)];
+  };
+  std::string needle;
+  if (kind == byte_needle::kUuid) {
+    for (const int group : {8, 4, 4, 4, 12}) {
+      if (!needle.empty()) needle += '-';
+      for (int i = 0; i < group; ++i) needle += pick("0123456789abcdef", 16);
+    }
+    return needle;
+  }
+  for (int i = 0; i < 32; ++i) {
+    switch (kind) {
+      case byte_needle::kRandomBytes:
+        needle += static_cast<char>(razorkv::detail::uniform_below(rng, 256));
+        break;
+      case byte_needle::kDigits:
+        needle += pick("0123456789", 10);
+        break;
+      case byte_needle::kLetters:
+        needle += pick("abcdefghijklmnopqrstuvwxyz", 26);
+        break;
+      default:
+        needle += pick("abcdefghijklmnopqrstuvwxyz0123456789", 36);
+        break;
+    }
+  }
+  return needle;
+}
+
+/// Whole-answer needle: a needle of `kind` at `depth` of held-out filler (0 = start, 1 = end of
+/// the context); the continuation is its first kWholeNeedleCue bytes, and the rest must be
+/// generated greedily, every byte right, to count: a per-byte score hides answers that go wrong
+/// halfway.
+inline constexpr std::size_t kWholeNeedleCue = 8;
+
+inline trial whole_needle_trial(const std::string& text, index_t context_tokens, double depth,
+                                byte_needle kind, std::mt19937_64& rng) {
+  const std::string needle = make_byte_needle(kind, rng);
+  const std::size_t filler_size = static_cast<std::size_t>(context_tokens) - needle.size();
+  std::string context = slice(text, rng, filler_size);
+  context.insert(static_cast<std::size_t>(depth * static_cast<double>(filler_size)), needle);
+  const std::string rest = needle.substr(kWholeNeedleCue);
+  return {tokenize(context), tokenize(needle.substr(0, kWholeNeedleCue)),
+          static_cast<index_t>(rest.size()), rest, false};
 }
 
 /// Retrieval: four "key KKKK: value VVVVV" lines in held-out filler, the asked one at `depth`
@@ -161,7 +237,7 @@ void run_continuation(const model& m, Cache& cache, const trial& t, trial_outcom
   outcome.correct = 0;
   for (index_t g = 0; g < t.generate; ++g) {
     const int next = argmax(logits);
-    if (next == '\n') break;
+    if (next == '\n' && t.newline_ends) break;
     outcome.generated += static_cast<char>(next);
     if (g + 1 < t.generate) logits = m.decode(cache, next, position++);
   }

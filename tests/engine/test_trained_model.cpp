@@ -256,3 +256,41 @@ TEST(RazorkvTrainedModel, LoaderRejectsAMissingOrBadConfig) {
 }
 
 }  // namespace
+
+// The whole-answer needle: the context is exactly the asked length with the needle at the asked
+// depth of the filler, the cue and the answer are the needle cut in two, each kind keeps to its
+// alphabet, and a seed draws the same trial again.
+TEST(RazorkvTrainedTasks, WholeNeedleTrialsPlaceTheNeedleWhereTheySay) {
+  const std::string text = tiny_llama::heldout_text(RAZORKV_SOURCE_DIR);
+  for (const tiny_llama::byte_needle kind : tiny_llama::kByteNeedles) {
+    const std::string name = tiny_llama::byte_needle_name(kind);
+    for (const double depth : {0.0, 0.3, 1.0}) {
+      std::mt19937_64 rng(7), again(7);
+      const tiny_llama::trial t = tiny_llama::whole_needle_trial(text, 300, depth, kind, rng);
+      const tiny_llama::trial u = tiny_llama::whole_needle_trial(text, 300, depth, kind, again);
+      EXPECT_EQ(t.context, u.context) << name;
+      EXPECT_EQ(t.answer, u.answer) << name;
+      ASSERT_EQ(t.context.size(), 300u) << name;
+      const std::string needle = tiny_llama::detokenize(t.continuation) + t.answer;
+      ASSERT_EQ(t.continuation.size(), tiny_llama::kWholeNeedleCue) << name;
+      EXPECT_EQ(needle.size(), kind == tiny_llama::byte_needle::kUuid ? 36u : 32u) << name;
+      EXPECT_EQ(t.generate, static_cast<index_t>(t.answer.size())) << name;
+      EXPECT_FALSE(t.newline_ends) << name;
+      const auto at = static_cast<std::size_t>(depth * static_cast<double>(300 - needle.size()));
+      EXPECT_EQ(tiny_llama::detokenize(t.context).substr(at, needle.size()), needle)
+          << name << " at depth " << depth;
+      const std::string alphabet =
+          kind == tiny_llama::byte_needle::kDigits         ? "0123456789"
+          : kind == tiny_llama::byte_needle::kLetters      ? "abcdefghijklmnopqrstuvwxyz"
+          : kind == tiny_llama::byte_needle::kAlphanumeric ? "abcdefghijklmnopqrstuvwxyz0123456789"
+          : kind == tiny_llama::byte_needle::kUuid         ? "0123456789abcdef-"
+                                                           : "";
+      if (!alphabet.empty()) {
+        EXPECT_EQ(needle.find_first_not_of(alphabet), std::string::npos) << name << ": " << needle;
+      }
+      if (kind == tiny_llama::byte_needle::kUuid) {
+        for (const std::size_t dash : {8u, 13u, 18u, 23u}) EXPECT_EQ(needle[dash], '-') << needle;
+      }
+    }
+  }
+}
