@@ -4,11 +4,12 @@
 // on the same prompts through one engine. Writes, appending one prompt at a time:
 //   results.csv     one row per prompt and policy: whole-answer correctness, bytes, the answer
 //   likelihood.csv  one row per likelihood trial and policy: NLL, KL from the full cache
-//   prompts.jsonl   the prompts' token ids and expected answers (tools/eval/llama_cpp_kv.py)
+//   prompts.jsonl   the prompts' token ids and expected answers (tools/eval/llama_cpp_kv.py and
+//                   tools/eval/kvpress_eval.py; --prompts-only writes it alone)
 //   razorkv_smollm2_eval <model.gguf> <repository root> <output folder>
 //       [--lengths 1024,2048,4096,8128] [--reps 1] [--likelihood 4] [--budget 0.3333]
 //       [--tasks single,multikey,multivalue,vartrack,copy] [--needles number,word,alnum,uuid]
-//       [--chunked] [--quick]
+//       [--chunked] [--prompts-only] [--quick]
 // tools/eval/README.md gives the commands that made docs/real_model.md's tables.
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <razorkv/eval.hpp>
@@ -41,6 +43,7 @@ struct options {
   std::vector<std::string> tasks = {"single", "multikey", "multivalue", "vartrack", "copy"};
   std::vector<std::string> needles = {"number", "word", "alnum", "uuid"};  ///< single's kinds
   bool chunked = false;
+  bool prompts_only = false;  ///< write prompts.jsonl, run no policy (for llama.cpp and kvpress)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -48,6 +51,25 @@ std::vector<std::string> split(const std::string& s) {
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) out.push_back(item);
   return out;
+}
+
+// A number from the command line, or an error naming the option and what it got.
+template <typename Number>
+Number parse_number(const std::string& option, const std::string& text) {
+  std::size_t used = 0;
+  Number n{};
+  try {
+    if constexpr (std::is_floating_point_v<Number>) {
+      n = static_cast<Number>(std::stod(text, &used));
+    } else {
+      n = static_cast<Number>(std::stoll(text, &used));
+    }
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  RAZORKV_CHECK(used == text.size() && !text.empty(), kInvalidArgument,
+                "razorkv_smollm2_eval: ", option, " (\"", text, "\") is not a number");
+  return n;
 }
 
 options parse(int argc, char** argv) {
@@ -60,19 +82,23 @@ options parse(int argc, char** argv) {
     };
     if (a == "--lengths") {
       o.lengths.clear();
-      for (const std::string& l : split(value())) o.lengths.push_back(std::stoll(l));
+      for (const std::string& l : split(value())) {
+        o.lengths.push_back(parse_number<index_t>("--lengths", l));
+      }
     } else if (a == "--reps") {
-      o.reps = std::stoi(value());
+      o.reps = parse_number<int>("--reps", value());
     } else if (a == "--likelihood") {
-      o.likelihood = std::stoi(value());
+      o.likelihood = parse_number<int>("--likelihood", value());
     } else if (a == "--budget") {
-      o.budget = std::stod(value());
+      o.budget = parse_number<double>("--budget", value());
     } else if (a == "--tasks") {
       o.tasks = split(value());
     } else if (a == "--needles") {
       o.needles = split(value());
     } else if (a == "--chunked") {
       o.chunked = true;
+    } else if (a == "--prompts-only") {
+      o.prompts_only = true;
     } else if (a == "--quick") {
       o.lengths = {1024};
       o.likelihood = 1;
@@ -80,6 +106,7 @@ options parse(int argc, char** argv) {
       RAZORKV_CHECK(false, kInvalidArgument, "razorkv_smollm2_eval: unknown option \"", a, "\"");
     }
   }
+  if (o.prompts_only) o.likelihood = 0;
   RAZORKV_CHECK(o.reps >= 1, kInvalidArgument, "razorkv_smollm2_eval: --reps (", o.reps,
                 ") must be >= 1");
   for (const std::string& n : o.needles) {
@@ -205,8 +232,8 @@ int main(int argc, char** argv) {
         likelihood(out_dir + "/likelihood.csv");
     RAZORKV_CHECK(results.good() && prompts.good() && likelihood.good(), kInvalidArgument,
                   "razorkv_smollm2_eval: cannot write into \"", out_dir, "\"");
-    results << "length,task,needle,depth,rep,policy,query_aware,kv_bytes,full_bytes,correct,"
-               "generated,expected\n";
+    results << "length,task,needle,depth,rep,policy,query_aware,budget,kv_bytes,full_bytes,"
+               "correct,generated,expected\n";
     likelihood << "length,trial,policy,kv_bytes,full_bytes,scored,nll,kl,agree\n";
 
     const std::vector<variant> variants = variants_for(o.tasks, o.needles);
@@ -228,6 +255,20 @@ int main(int argc, char** argv) {
                                              depths[d]};
             const tiny_llama::task_prompt p =
                 tiny_llama::make_task_prompt(m.tokenizer, haystack, spec, rng);
+            const char* task = tiny_llama::task_name(spec.task);
+            const char* needle = tiny_llama::needle_name(spec.needle);
+            std::vector<int> ids = p.document;
+            ids.insert(ids.end(), p.question.begin(), p.question.end());
+            prompts << "{\"length\": " << length << ", \"task\": \"" << task << "\", \"needle\": \""
+                    << needle << "\", \"depth\": " << depths[d] << ", \"rep\": " << rep
+                    << ", \"document_tokens\": " << p.document.size()
+                    << ", \"max_answer_tokens\": " << p.max_answer_tokens
+                    << ", \"single_line\": " << (p.single_line ? "true" : "false")
+                    << ", \"expected\": " << nlohmann::json(p.expected).dump()
+                    << ", \"ids\": " << nlohmann::json(ids).dump() << "}\n";
+            prompts.flush();
+            ++prompts_run;
+            if (o.prompts_only) continue;
             tiny_llama::task_policies policies;
             policies.agnostic = agnostic_policies(plan, scores, head_dim, seed);
             policies.aware = {razorkv::snapkv_policy()};
@@ -241,28 +282,15 @@ int main(int argc, char** argv) {
             for (const auto& pol : policies.aware) names.push_back(pol.name);
             std::string expected;
             for (const std::string& e : p.expected) expected += (expected.empty() ? "" : "|") + e;
-            const char* task = tiny_llama::task_name(spec.task);
-            const char* needle = tiny_llama::needle_name(spec.needle);
             for (std::size_t b = 0; b < answers.size(); ++b) {
               const bool aware = b + policies.aware.size() >= answers.size();
               results << length << ',' << task << ',' << needle << ',' << depths[d] << ',' << rep
-                      << ',' << csv(names[b]) << ',' << (aware ? 1 : 0) << ','
+                      << ',' << csv(names[b]) << ',' << (aware ? 1 : 0) << ',' << o.budget << ','
                       << answers[b].kv_bytes << ',' << answers[0].kv_bytes << ','
                       << (answers[b].correct ? 1 : 0) << ',' << csv(answers[b].generated) << ','
                       << csv(expected) << '\n';
             }
             results.flush();
-            std::vector<int> ids = p.document;
-            ids.insert(ids.end(), p.question.begin(), p.question.end());
-            prompts << "{\"length\": " << length << ", \"task\": \"" << task << "\", \"needle\": \""
-                    << needle << "\", \"depth\": " << depths[d] << ", \"rep\": " << rep
-                    << ", \"document_tokens\": " << p.document.size()
-                    << ", \"max_answer_tokens\": " << p.max_answer_tokens
-                    << ", \"single_line\": " << (p.single_line ? "true" : "false")
-                    << ", \"expected\": " << nlohmann::json(p.expected).dump()
-                    << ", \"ids\": " << nlohmann::json(ids).dump() << "}\n";
-            prompts.flush();
-            ++prompts_run;
             std::printf(
                 "%5lld %-10s %-6s depth %.2f: full %d razor %d streaming %d snapkv %d "
                 "| %s | %.0f s\n",

@@ -1,7 +1,7 @@
 """llama.cpp's own KV-cache quantisation on razorkv's long-context prompts, scored the same way.
 
     python llama_cpp_kv.py MODEL.gguf PROMPTS.jsonl OUT.csv [--lengths 1024,2048]
-        [--tasks single,multikey] [--caches f16,q8_0,q4_0]
+        [--tasks single,multikey] [--needles number] [--caches f16,q8_0,q4_0]
 
 Reads the prompts razorkv_smollm2_eval wrote (token ids, expected answers, answer limits), runs
 each through llama.cpp (llama-cpp-python, pinned in tools/smollm2/requirements.txt) with flash
@@ -56,10 +56,12 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--lengths", default="")
     parser.add_argument("--tasks", default="")
+    parser.add_argument("--needles", default="")
     parser.add_argument("--caches", default="f16,q8_0,q4_0")
     args = parser.parse_args()
     lengths = {int(x) for x in args.lengths.split(",") if x}
     tasks = {x for x in args.tasks.split(",") if x}
+    needles = {x for x in args.needles.split(",") if x}
     caches = args.caches.split(",")
     for c in caches:
         if c not in TYPES:
@@ -67,7 +69,7 @@ def main() -> None:
     with open(args.prompts, encoding="utf-8") as f:
         prompts = [json.loads(line) for line in f]
     prompts = [p for p in prompts if (not lengths or p["length"] in lengths)
-               and (not tasks or p["task"] in tasks)]
+               and (not tasks or p["task"] in tasks) and (not needles or p["needle"] in needles)]
     if not prompts:
         sys.exit(f"llama_cpp_kv.py: no prompts of lengths {sorted(lengths)} in {args.prompts}")
     n_ctx = max(p["length"] + p["max_answer_tokens"] for p in prompts)

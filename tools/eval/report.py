@@ -1,16 +1,19 @@
 """Tables and figures of the long-context evaluation from the CSV files it wrote.
 
     python3 report.py OUT_DIR [RUN_DIR ...]
-    python3 report.py --merge OUT_DIR RUN_DIR ...   (one results/likelihood/llama_cpp.csv each)
+    python3 report.py --merge OUT_DIR RUN_DIR ...
 
-Each RUN_DIR holds a razorkv_smollm2_eval run (results.csv, likelihood.csv), llama_cpp.csv
-(tools/eval/llama_cpp_kv.py), or both. Prints the markdown tables of docs/real_model.md and
-writes OUT_DIR/needles.svg (single-needle recall by depth and length, one panel per cache) and
-OUT_DIR/policies.svg (accuracy on the tasks the full cache solves against KV bytes). Python's
-standard library only.
+Each RUN_DIR holds any of: a razorkv_smollm2_eval run (results.csv, likelihood.csv), llama_cpp.csv
+(tools/eval/llama_cpp_kv.py), kvpress*.csv (tools/eval/kvpress_eval.py). --merge gathers them
+into OUT_DIR's results.csv, likelihood.csv, llama_cpp.csv and kvpress.csv, each prompt and cache
+once. The report prints the markdown tables of docs/real_model.md and writes OUT_DIR/needles.svg
+(single-needle recall by depth and length, one panel per cache) and OUT_DIR/policies.svg
+(accuracy on the tasks the full cache solves against KV bytes: a line per policy over the
+budgets it ran at, llama.cpp's and kvpress's caches as points). Python's standard library only.
 
 The headline keeps the (task, length) cells where the full cache answers at least CUT of the
 prompts: a policy cannot be blamed for what the model cannot do. The rest is reported apart.
+Every table but the budget sweep's is at razorkv's default budget, a third of the full cache.
 """
 import collections
 import csv
@@ -19,8 +22,16 @@ import sys
 from pathlib import Path
 
 CUT = 0.8
+DEFAULT_BUDGET = 1.0 / 3.0
 HEATMAP = ["full", "razor", "razor random groups", "streaming_llm", "snapkv", "h2o",
-           "snapkv (question in the prompt)", "llama.cpp q4_0"]
+           "snapkv (question in the prompt)", "llama.cpp q4_0", "kvpress expected_attention",
+           "kvpress kvzip"]
+# The policies drawn as lines over the budgets of the sweep.
+SWEPT = ["razor", "razor chunked prefill", "razor random groups", "razor no echo heads",
+         "streaming_llm", "snapkv", "h2o"]
+# razorkv's caches beside kvpress's implementation of the same method, and the two engines.
+CROSS_CHECKS = [("full", "kvpress full"), ("streaming_llm", "kvpress streaming_llm"),
+                ("snapkv", "kvpress snapkv")]
 
 
 def wilson(k: int, n: int) -> tuple:
@@ -37,27 +48,58 @@ def variant(row: dict) -> str:
     return row["task"] if row["task"] != "single" else f"single {row['needle']}"
 
 
+def kvpress_files(d: Path) -> list:
+    return sorted(d.glob("kvpress*.csv"))
+
+
 def load(run_dirs: list) -> tuple:
-    rows, likelihood = [], []
-    for d in run_dirs:
-        d = Path(d)
+    """Every answer row (each prompt and cache once) and every likelihood row of the runs."""
+    rows, likelihood, seen = [], [], set()
+
+    def add(r: dict) -> None:
+        key = prompt_key(r) + (r["policy"], r["budget"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(r)
+
+    for d in map(Path, run_dirs):
         if (d / "results.csv").exists():
             with open(d / "results.csv", encoding="utf-8") as f:
                 for r in csv.DictReader(f):
                     if r["query_aware"] == "1":
                         r["policy"] += " (question in the prompt)"
                     r["fraction"] = int(r["kv_bytes"]) / int(r["full_bytes"])
-                    rows.append(r)
+                    r["budget"] = round(float(r.get("budget") or DEFAULT_BUDGET), 3)
+                    r["source"] = "razorkv"
+                    add(r)
         if (d / "llama_cpp.csv").exists():
             with open(d / "llama_cpp.csv", encoding="utf-8") as f:
                 for r in csv.DictReader(f):
                     r["policy"] = r.pop("cache")
                     r["fraction"] = float(r["kv_fraction"])
-                    rows.append(r)
+                    r["budget"] = None  # its own bytes, set by the cache type
+                    r["source"] = "llama.cpp"
+                    add(r)
+        for path in kvpress_files(d):
+            with open(path, encoding="utf-8") as f:
+                for r in csv.DictReader(f):
+                    stored, read = float(r["kv_fraction"]), float(r["attended_fraction"])
+                    r["policy"] = r.pop("press")
+                    if read < stored:  # KVzip and DuoAttention mask what they drop
+                        r["policy"] += " (masks, stores all)"
+                    r["fraction"] = stored
+                    r["read"] = read
+                    r["budget"] = round(DEFAULT_BUDGET, 3)
+                    r["source"] = "kvpress"
+                    add(r)
         if (d / "likelihood.csv").exists():
             with open(d / "likelihood.csv", encoding="utf-8") as f:
                 likelihood += list(csv.DictReader(f))
     return rows, likelihood
+
+
+def at_default(r: dict) -> bool:
+    return r["budget"] is None or r["budget"] == round(DEFAULT_BUDGET, 3)
 
 
 def cell_key(r: dict) -> tuple:
@@ -74,19 +116,41 @@ def percent(k: int, n: int) -> str:
 
 
 def merge(out_dir: Path, run_dirs: list) -> None:
+    """One CSV of each kind from the runs: each prompt and cache once, the first run's row kept
+    (a later run that repeats a cache on the same prompt, as a chunked-prefill run does, adds
+    only what is new); the columns are the union of the runs' (a razorkv run before the budget
+    column is at the default budget)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("results.csv", "likelihood.csv", "llama_cpp.csv"):
-        header, body = None, []
-        for d in run_dirs:
-            if (Path(d) / name).exists():
-                with open(Path(d) / name, newline="", encoding="utf-8") as f:
-                    rows = list(csv.reader(f))
-                if rows:
-                    header = header or rows[0]
-                    body += rows[1:]
+    kinds = {"results.csv": lambda d: [d / "results.csv"],
+             "likelihood.csv": lambda d: [d / "likelihood.csv"],
+             "llama_cpp.csv": lambda d: [d / "llama_cpp.csv"],
+             "kvpress.csv": kvpress_files}
+    for name, files in kinds.items():
+        header, body, seen = [], [], set()
+        for d in map(Path, run_dirs):
+            for path in files(d):
+                if not path.exists():
+                    continue
+                with open(path, newline="", encoding="utf-8") as f:
+                    reader = csv.DictReader(f)
+                    header += [c for c in reader.fieldnames if c not in header]
+                    for r in reader:
+                        if name == "results.csv" and not r.get("budget"):
+                            r["budget"] = f"{DEFAULT_BUDGET:g}"
+                        key = tuple(r.get(c, "") for c in ("length", "task", "needle", "depth",
+                                                            "rep", "trial", "policy", "cache",
+                                                            "press", "query_aware", "budget"))
+                        if key not in seen:
+                            seen.add(key)
+                            body.append(r)
+        if name == "results.csv" and "budget" in header:
+            header.remove("budget")
+            header.insert(header.index("query_aware") + 1, "budget")
         if header:
             with open(out_dir / name, "w", newline="", encoding="utf-8") as f:
-                csv.writer(f, lineterminator="\n").writerows([header] + body)
+                writer = csv.DictWriter(f, header, lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(body)
 
 
 def main() -> None:
@@ -94,7 +158,8 @@ def main() -> None:
         merge(Path(sys.argv[2]), sys.argv[3:])
         return
     out_dir, run_dirs = Path(sys.argv[1]), sys.argv[2:]
-    rows, likelihood = load(run_dirs)
+    every_row, likelihood = load(run_dirs)
+    rows = [r for r in every_row if at_default(r)]
     lengths = sorted({int(r["length"]) for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
 
@@ -190,9 +255,72 @@ def main() -> None:
                              f"{100 * agree / scored:.0f}%")
             print(f"| {p} | " + " | ".join(cells) + " |")
 
+    cross_check(rows)
+    sweep = budget_sweep(every_row, solved)
+
     out_dir.mkdir(parents=True, exist_ok=True)
     write_heatmaps(out_dir / "needles.svg", rows, lengths)
-    write_policies(out_dir / "policies.svg", rows, solved)
+    write_policies(out_dir / "policies.svg", rows, sweep, solved)
+
+
+def cross_check(rows: list) -> None:
+    """razorkv's caches against kvpress's implementation of the same method, prompt by prompt."""
+    answers = {(prompt_key(r), r["policy"]): r for r in rows}
+    lines = []
+    for ours, theirs in CROSS_CHECKS:
+        common = [k for (k, p) in answers if p == theirs and (k, ours) in answers]
+        if not common:
+            continue
+        a = [answers[(k, ours)] for k in common]
+        b = [answers[(k, theirs)] for k in common]
+        same_score = sum(x["correct"] == y["correct"] for x, y in zip(a, b))
+        same_text = sum(x["generated"].strip() == y["generated"].strip() for x, y in zip(a, b))
+        lines.append(f"| {ours} | {theirs} | {len(common)} | {same_score} | {same_text} | "
+                     f"{sum(int(x['correct']) for x in a)} | {sum(int(y['correct']) for y in b)} |")
+    if lines:
+        print("\n### razorkv against kvpress on the same prompts (every prompt both ran)\n")
+        print("| razorkv | kvpress | prompts | same score | same answer | razorkv correct | "
+              "kvpress correct |")
+        print("|---|---|--:|--:|--:|--:|--:|")
+        print("\n".join(lines))
+
+
+def budget_sweep(rows: list, solved: set) -> dict:
+    """Accuracy on the solved cells per policy and budget, over the prompts every budget ran;
+    prints the table and returns those prompts and {policy: [(bytes fraction, hits, prompts)]}."""
+    rows = [r for r in rows if r["source"] == "razorkv"]
+    budgets = sorted({r["budget"] for r in rows})
+    if len(budgets) < 2:
+        return {"prompts": set(), "lines": {}}
+    prompts = None
+    for b in budgets:
+        ran = {prompt_key(r) for r in rows
+               if r["budget"] == b and r["policy"] == "razor" and cell_key(r) in solved}
+        prompts = ran if prompts is None else prompts & ran
+    cells = collections.defaultdict(lambda: [0, 0, 0.0])
+    for r in rows:
+        if prompt_key(r) in prompts and r["policy"] in SWEPT + ["full"]:
+            c = cells[(r["policy"], r["budget"])]
+            c[0] += int(r["correct"])
+            c[1] += 1
+            c[2] += r["fraction"]
+    lengths = sorted({k[2] for k in prompts})
+    print(f"\n### The budget sweep: accuracy on the cells the full cache solves, % [95% interval] "
+          f"(KV bytes / full), {len(prompts)} prompts at {', '.join(f'{n:,}' for n in lengths)} "
+          "tokens\n")
+    print("| cache | " + " | ".join(f"budget {b:.2f}" for b in budgets) + " |")
+    print("|---|" + "--:|" * len(budgets))
+    out = {}
+    for p in ["full"] + SWEPT:
+        got = [(b, cells[(p, b)]) for b in budgets if cells[(p, b)][1]]
+        if not got:
+            continue
+        out[p] = [(c[2] / c[1], c[0], c[1]) for _, c in got]
+        by_budget = dict(got)
+        print(f"| {p} | " + " | ".join(
+            f"{percent(by_budget[b][0], by_budget[b][1])} ({by_budget[b][2] / by_budget[b][1]:.2f})"
+            if b in by_budget else "-" for b in budgets) + " |")
+    return {"prompts": prompts, "lines": out}
 
 
 def colour(x: float) -> str:
@@ -209,7 +337,8 @@ def write_heatmaps(path: Path, rows: list, lengths: list) -> None:
             c = cells[(r["policy"], int(r["length"]), float(r["depth"]))]
             c[0] += int(r["correct"])
             c[1] += 1
-    panels = [p for p in HEATMAP if any(k[0] == p for k in cells)]
+    panels = [name for h in HEATMAP for name in dict.fromkeys(k[0] for k in cells)
+              if name == h or name.startswith(h + " (")]
     size, gap, left, top = 34, 80, 70, 60
     panel_w = size * len(lengths)
     cols = 4
@@ -247,53 +376,65 @@ def write_heatmaps(path: Path, rows: list, lengths: list) -> None:
     path.write_text("\n".join(svg) + "\n", encoding="utf-8")
 
 
-def write_policies(path: Path, rows: list, solved: set) -> None:
-    # Accuracy on the solved cells against the KV bytes each cache held (a fraction of the full
-    # cache's), one panel for the length llama.cpp ran at and one for the longer ones, so that
-    # every point in a panel is measured on the same prompts.
-    llama_lengths = {int(r["length"]) for r in rows if r["policy"].startswith("llama.cpp")}
-    panels = [("1,024 tokens", lambda n: n in llama_lengths),
-              ("2,048 to 8,128 tokens", lambda n: n not in llama_lengths)]
-    names = list(dict.fromkeys(r["policy"] for r in rows))
-    palette = ["#000000", "#d62728", "#ff9896", "#9467bd", "#c5b0d5", "#8c564b", "#7f7f7f",
-               "#e377c2", "#bcbd22", "#17becf", "#1f77b4", "#2ca02c", "#ff7f0e", "#aec7e8",
+def write_policies(path: Path, rows: list, sweep: dict, solved: set) -> None:
+    # Accuracy against the KV bytes each cache held (a fraction of the full cache's, f16 for
+    # llama.cpp's types), on the prompts of the budget sweep only, so that every point is measured
+    # on the same prompts: razorkv's policies as lines over the budgets, llama.cpp's and kvpress's
+    # caches (at their default size or a third) as points.
+    prompts = sweep["prompts"]
+    if not prompts:  # no sweep: every prompt of the solved cells, one budget
+        prompts = {prompt_key(r) for r in rows if cell_key(r) in solved}
+    points = collections.defaultdict(lambda: [0, 0, 0.0])
+    for r in rows:
+        if prompt_key(r) in prompts and (r["policy"].startswith(("llama.cpp", "kvpress"))
+                                         or not sweep["lines"]):
+            p = points[r["policy"]]
+            p[0] += int(r["correct"])
+            p[1] += 1
+            p[2] += r["fraction"]
+    names = list(sweep["lines"]) + [n for n in points if n not in sweep["lines"]]
+    palette = ["#000000", "#d62728", "#ff9896", "#7f7f7f", "#e377c2", "#9467bd", "#8c564b",
+               "#c5b0d5", "#1f77b4", "#2ca02c", "#ff7f0e", "#17becf", "#bcbd22", "#aec7e8",
                "#98df8a", "#ffbb78", "#c49c94", "#dbdb8d"]
     colours = {n: palette[i % len(palette)] for i, n in enumerate(names)}
-    panel_w, plot_h, left, top, gap = 300, 340, 70, 70, 70
-    width, height = left + 2 * panel_w + gap + 290, top + plot_h + 70
+    lengths = sorted({k[2] for k in prompts})
+    plot_w, plot_h, left, top = 520, 360, 70, 70
+    width, height = left + plot_w + 330, top + plot_h + 70
+    sx = lambda f: left + f * plot_w  # noqa: E731
+    sy = lambda a: top + (1 - a) * plot_h  # noqa: E731
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            'font-family="DejaVu Sans, sans-serif" font-size="11">',
            '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="{left}" y="22" font-size="14" font-weight="bold">Accuracy on the tasks the full '
            'cache solves, against KV bytes</text>',
-           f'<text x="{left}" y="40">KV bytes as a fraction of the full cache (f16 for llama.cpp\'s '
-           'types); every razorkv cache but full at one budget, a third</text>']
-    for k, (title, keep) in enumerate(panels):
-        x0 = left + k * (panel_w + gap)
-        sx = lambda f, x0=x0: x0 + f * panel_w  # noqa: E731
-        sy = lambda a: top + (1 - a) * plot_h  # noqa: E731
-        svg.append(f'<text x="{x0}" y="{top - 10}" font-weight="bold">{title}</text>')
-        svg.append(f'<line x1="{x0}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(0)}" stroke="black"/>')
-        svg.append(f'<line x1="{x0}" y1="{sy(0)}" x2="{x0}" y2="{sy(1)}" stroke="black"/>')
-        for t in (0, 0.25, 0.5, 0.75, 1):
-            svg.append(f'<text x="{sx(t)}" y="{sy(0) + 16}" text-anchor="middle">{t:g}</text>')
-            svg.append(f'<text x="{x0 - 8}" y="{sy(t) + 4}" text-anchor="end">{t:.0%}</text>')
-            svg.append(f'<line x1="{x0}" y1="{sy(t)}" x2="{sx(1)}" y2="{sy(t)}" stroke="#ddd"/>')
-        points = collections.defaultdict(lambda: [0, 0, 0.0])
-        for r in rows:
-            if cell_key(r) in solved and keep(int(r["length"])):
-                p = points[r["policy"]]
-                p[0] += int(r["correct"])
-                p[1] += 1
-                p[2] += r["fraction"]
-        for name, (hit, total, fsum) in points.items():
-            f, a, c = fsum / total, hit / total, colours[name]
-            if name.startswith("llama.cpp"):
-                svg.append(f'<rect x="{sx(f) - 4:.1f}" y="{sy(a) - 4:.1f}" width="8" height="8" '
-                           f'fill="{c}"/>')
-            else:
-                svg.append(f'<circle cx="{sx(f):.1f}" cy="{sy(a):.1f}" r="4" fill="{c}"/>')
-    legend_x = left + 2 * panel_w + gap + 40
+           f'<text x="{left}" y="40">the same {len(prompts)} prompts at '
+           f'{", ".join(f"{n:,}" for n in lengths)} tokens; lines: razorkv over its budgets; '
+           'squares: llama.cpp; triangles: kvpress</text>',
+           f'<line x1="{left}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(0)}" stroke="black"/>',
+           f'<line x1="{left}" y1="{sy(0)}" x2="{left}" y2="{sy(1)}" stroke="black"/>',
+           f'<text x="{sx(0.5)}" y="{sy(0) + 34}" text-anchor="middle">KV bytes / the full '
+           'cache\'s</text>']
+    for t in (0, 0.25, 0.5, 0.75, 1):
+        svg.append(f'<text x="{sx(t)}" y="{sy(0) + 16}" text-anchor="middle">{t:g}</text>')
+        svg.append(f'<text x="{left - 8}" y="{sy(t) + 4}" text-anchor="end">{t:.0%}</text>')
+        svg.append(f'<line x1="{left}" y1="{sy(t)}" x2="{sx(1)}" y2="{sy(t)}" stroke="#ddd"/>')
+    for name, line in sweep["lines"].items():
+        xy = [(sx(f), sy(hit / total)) for f, hit, total in sorted(line)]
+        width_px = 3 if name == "razor" else 1.5
+        svg.append(f'<polyline fill="none" stroke="{colours[name]}" stroke-width="{width_px}" '
+                   f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}"/>')
+        for x, y in xy:
+            svg.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colours[name]}"/>')
+    for name, (hit, total, fsum) in points.items():
+        x, y, c = sx(fsum / total), sy(hit / total), colours[name]
+        if name.startswith("llama.cpp"):
+            svg.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{c}"/>')
+        elif name.startswith("kvpress"):
+            svg.append(f'<polygon points="{x:.1f},{y - 5:.1f} {x - 5:.1f},{y + 4:.1f} '
+                       f'{x + 5:.1f},{y + 4:.1f}" fill="{c}"/>')
+        else:
+            svg.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{c}"/>')
+    legend_x = left + plot_w + 40
     for i, name in enumerate(names):
         y = top + i * 16
         svg.append(f'<rect x="{legend_x}" y="{y - 8}" width="10" height="10" fill="{colours[name]}"/>')
