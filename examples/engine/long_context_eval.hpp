@@ -31,7 +31,7 @@ struct task_policies {
   std::vector<razorkv::policy> agnostic;  ///< compress the document; the question comes after
   std::vector<razorkv::policy> aware;     ///< compress document + question, then answer
   const razorkv::head_plan* chunked_plan = nullptr;  ///< razor with chunked prefill, if set
-  index_t chunk = 512;
+  index_t chunk = 512;  ///< tokens per chunk, at most a local head's window
 };
 
 namespace eval_detail {
@@ -69,10 +69,12 @@ inline std::vector<policy_answer> answer_task(const gguf_model& m, const task_pr
     if (policies.chunked_plan != nullptr) {
       const index_t entries = razorkv::entries_per_head(budget, m.weights.shape(), doc_tokens,
                                                         static_cast<index_t>(sizeof(float)));
-      razorkv::razor_kv_cache<float> cache(
-          *policies.chunked_plan,
-          razorkv::razor_config_for_budget(*policies.chunked_plan, doc_tokens, entries));
-      m.weights.prefill_chunked(cache, p.document, policies.chunk);
+      const razorkv::razor_config config =
+          razorkv::razor_config_for_budget(*policies.chunked_plan, doc_tokens, entries);
+      razorkv::razor_kv_cache<float> cache(*policies.chunked_plan, config);
+      // A chunk's tokens must all still be in every local head's window when it is read, so a
+      // chunk is at most a window long.
+      m.weights.prefill_chunked(cache, p.document, std::min(policies.chunk, config.fixed_window));
       caches.emplace_back(std::move(cache));
     }
     const razorkv::prompt_kv<float> whole = m.weights.prompt_of(state);

@@ -152,10 +152,27 @@ std::vector<variant> variants_for(const std::vector<std::string>& tasks,
   return out;
 }
 
-// The policies that compress the document alone; the random plan is drawn per prompt.
+// Whether razor with `plan` fits `budget` after `tokens` tokens: its retrieval groups hold every
+// token, so a plan that keeps many groups whole does not fit a small budget (the 20% and 30%
+// sweep points at a fifth of the cache). razor_config_for_budget is the one place that decides.
+bool fits(const razorkv::head_plan& plan, const razorkv::memory_budget& budget, index_t tokens) {
+  const index_t entries =
+      razorkv::entries_per_head(budget, plan.shape(), tokens, static_cast<index_t>(sizeof(float)));
+  try {
+    razorkv::razor_config_for_budget(plan, tokens, entries);
+    return true;
+  } catch (const razorkv::error&) {
+    return false;
+  }
+}
+
+// The policies that compress a document of `tokens` tokens alone to `budget`; the random plan is
+// drawn per prompt; a head-budget sweep point that does not fit the budget is left out.
 std::vector<razorkv::policy> agnostic_policies(const razorkv::head_plan& plan,
                                                const razorkv::head_scores& scores, index_t head_dim,
-                                               std::uint64_t seed) {
+                                               std::uint64_t seed,
+                                               const razorkv::memory_budget& budget,
+                                               index_t tokens) {
   using razorkv::razor_config;
   std::vector<razorkv::policy> out = {razorkv::full_policy(), razorkv::razor_policy("razor", plan)};
   razor_config bounded, unweighted, none;
@@ -174,10 +191,11 @@ std::vector<razorkv::policy> agnostic_policies(const razorkv::head_plan& plan,
   for (double ratio : {0.05, 0.10, 0.20, 0.30}) {
     razorkv::selection_config sweep;
     sweep.induction_ratio = ratio;
+    const razorkv::head_plan swept = razorkv::select_retrieval_heads(scores, head_dim, sweep);
+    if (!fits(swept, budget, tokens)) continue;
     char name[64];
     std::snprintf(name, sizeof name, "razor %.0f%% induction", ratio * 100);
-    out.push_back(
-        razorkv::razor_policy(name, razorkv::select_retrieval_heads(scores, head_dim, sweep)));
+    out.push_back(razorkv::razor_policy(name, swept));
   }
   out.push_back(razorkv::streaming_llm_policy());
   out.push_back(razorkv::snapkv_policy());
@@ -270,7 +288,8 @@ int main(int argc, char** argv) {
             ++prompts_run;
             if (o.prompts_only) continue;
             tiny_llama::task_policies policies;
-            policies.agnostic = agnostic_policies(plan, scores, head_dim, seed);
+            policies.agnostic = agnostic_policies(plan, scores, head_dim, seed, budget,
+                                                  static_cast<index_t>(p.document.size()));
             policies.aware = {razorkv::snapkv_policy()};
             if (o.chunked) policies.chunked_plan = &plan;
             const std::vector<tiny_llama::policy_answer> answers =
@@ -306,7 +325,8 @@ int main(int argc, char** argv) {
       // Held-out likelihood: a prefix of `length` tokens (what fits the context beside 128 more).
       const index_t prefix = std::min<index_t>(length, m.weights.cfg().max_context - 129);
       std::mt19937_64 rng(static_cast<std::uint64_t>(length) * 7919u);
-      const std::vector<razorkv::policy> policies = agnostic_policies(plan, scores, head_dim, 1);
+      const std::vector<razorkv::policy> policies =
+          agnostic_policies(plan, scores, head_dim, 1, budget, prefix);
       for (int t = 0; t < o.likelihood; ++t) {
         const auto first = static_cast<std::ptrdiff_t>(razorkv::detail::uniform_below(
             rng, haystack.size() - static_cast<std::size_t>(prefix + 128)));

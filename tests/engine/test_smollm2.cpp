@@ -380,6 +380,17 @@ TEST(RazorkvSmolLM2, EveryLongContextTaskRunsThroughFullAndRazorInLockstep) {
       EXPECT_TRUE(answers[0].correct) << answers[0].generated;
       const auto alone = tiny_llama::answer_task(m, p, razor_alone, budget);
       EXPECT_EQ(alone[0].generated, answers[1].generated);
+      // Razor with a chunked prefill: 512-token chunks are longer than the local heads' window
+      // at this budget, so the document goes in window-long chunks, and the cache still holds a
+      // third of the full cache's bytes.
+      tiny_llama::task_policies chunked;
+      chunked.chunked_plan = &plan;
+      const auto by_chunks = tiny_llama::answer_task(m, p, chunked, budget);
+      ASSERT_EQ(by_chunks.size(), 1u);
+      EXPECT_NEAR(
+          static_cast<double>(by_chunks[0].kv_bytes) / static_cast<double>(answers[0].kv_bytes),
+          1.0 / 3.0, 0.01);
+      EXPECT_FALSE(by_chunks[0].generated.empty());
     }
   }
 }

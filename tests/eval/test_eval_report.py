@@ -75,6 +75,9 @@ def check_merge(report) -> None:
         write(tmp / "kv/kvpress-long.csv", press,
               [["1024", "single", "number", "0.5", "0", "kvpress kvzip", "1.0000", "0.3333", "1.0",
                 "1", " 1", "1"]])
+        report.merge(tmp / "old", [tmp / "main"])  # runs from before the budget column alone
+        with open(tmp / "old/results.csv", encoding="utf-8") as f:
+            assert all(r["budget"] == "0.333333" for r in csv.DictReader(f)), "no default budget"
         report.merge(tmp / "out", [tmp / "main", tmp / "chunked", tmp / "b", tmp / "kv"])
         with open(tmp / "out/results.csv", encoding="utf-8") as f:
             merged = list(csv.DictReader(f))

@@ -14,8 +14,8 @@ at its first newline after its first letter or digit, as razorkv's and llama_cpp
 scored whole: every expected string must appear in it.
 
 DuoAttention's on-the-fly scoring reads 50 BookSum chapters from the Hugging Face hub, which this
-machine cannot reach; it reads 50 passages of the held-out text instead (the passages razorkv's
-prompts draw from, never the prompts themselves). Its streaming heads keep 128 sinks and 256
+machine cannot reach; it reads 50 passages of the held-out text instead (the text razorkv's
+prompts draw their documents from), an adaptation marked "on held-out text" in the output. Its streaming heads keep 128 sinks and 256
 recent tokens and it *masks* the rest rather than freeing it: kv_fraction is what it stores (1.0),
 attended_fraction what its heads read. Its head ratio is chosen per length so that the attended
 fraction equals `keep`; below about 580 document tokens that is impossible and it is skipped.
@@ -178,8 +178,8 @@ def main() -> None:
                     attended = 1.0 - press.compression_ratio
                 text = single_line(answer) if p["single_line"] else answer
                 correct = all(e in text for e in p["expected"])
-                writer.writerow([p["length"], p["task"], p["needle"], p["depth"], p["rep"],
-                                 f"kvpress {name}", f"{kv_fraction:.4f}", f"{attended:.4f}",
+                label = f"kvpress {name}" + (" on held-out text" if name == "duo_attention" else "")
+                writer.writerow([p["length"], p["task"], p["needle"], p["depth"], p["rep"], label, f"{kv_fraction:.4f}", f"{attended:.4f}",
                                  f"{seconds:.1f}", int(correct), text, "|".join(p["expected"])])
                 out.flush()
                 print(f"{name} {p['length']} {p['task']} {p['needle']} {p['depth']}: "

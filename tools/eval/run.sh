@@ -25,7 +25,7 @@ eval_run "$out/8k" --lengths 8128 --tasks single --needles number --likelihood 0
 # The budget sweep and razor with a chunked prefill, on cells the full cache solves.
 for budget in 0.2 0.5; do
   eval_run "$out/budget-$budget" --lengths 1024 --tasks single --likelihood 0 --budget $budget
-  eval_run "$out/budget-$budget/long" --lengths 2048 --tasks single --needles number \
+  eval_run "$out/budget-$budget/long" --lengths 2048,4096 --tasks single --needles number \
     --likelihood 0 --budget $budget
 done
 eval_run "$out/chunked-long" --lengths 2048,4096 --tasks single --needles number --likelihood 0 --chunked
