@@ -81,7 +81,8 @@ def single_line(text: str) -> str:
 
 
 def make_press(name: str, keep: float, document_tokens: int):
-    """kvpress's press called `name`, compressing a document to `keep` of its K/V (None: skip)."""
+    """kvpress's press called `name`, compressing a document to `keep` of its K/V: None for the
+    full cache, "skip" where the press cannot reach `keep` (DuoAttention on a short document)."""
     ratio = 1.0 - keep
     if name == "full":
         return None
