@@ -1,8 +1,7 @@
 // The bar razorkv's decode is held to: ggml's CPU flash attention (ggml_flash_attn_ext, the kernel
 // llama.cpp decodes with), run on the very K/V memory BM_Decode_Razorkv reads, same shapes.
 // Built into razorkv_bench only when RAZORKV_GGML_SOURCE_DIR names ggml's sources; see
-// bench/fetch_ggml.sh. The sources are llama.rn's copy of llama.cpp, whose symbols carry an
-// `lm_` prefix (lm_ggml_flash_attn_ext is ggml_flash_attn_ext).
+// bench/fetch_ggml.sh (llama.cpp's ggml, as llama-cpp-python vendors it).
 #include <benchmark/benchmark.h>
 
 #include <razorkv/razorkv.hpp>
@@ -23,18 +22,17 @@ using razorkv::index_t;
 using namespace razorkv_bench;
 
 template <class T>
-constexpr lm_ggml_type ggml_type_of() {
-  if constexpr (std::is_same_v<T, float>) return LM_GGML_TYPE_F32;
-  if constexpr (std::is_same_v<T, Eigen::half>) return LM_GGML_TYPE_F16;
-  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return LM_GGML_TYPE_BF16;
+constexpr ggml_type ggml_type_of() {
+  if constexpr (std::is_same_v<T, float>) return GGML_TYPE_F32;
+  if constexpr (std::is_same_v<T, Eigen::half>) return GGML_TYPE_F16;
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return GGML_TYPE_BF16;
 }
 
 // ggml's [head_dim, tokens, kv_heads] view of the cache's keys or values, over the cache's own
 // memory (no copy, so both kernels read the same pages). Null when the heads are not one
 // equally strided block, which ggml's tensors need.
 template <class T>
-lm_ggml_tensor* wrap_cache(lm_ggml_context* ctx, const razorkv::dense_kv_cache<T>& cache,
-                           bool keys) {
+ggml_tensor* wrap_cache(ggml_context* ctx, const razorkv::dense_kv_cache<T>& cache, bool keys) {
   const auto head = [&](index_t h) {
     const razorkv::kv_span<T> span = cache.span(0, h, 0);
     return keys ? span.keys : span.values;
@@ -46,8 +44,7 @@ lm_ggml_tensor* wrap_cache(lm_ggml_context* ctx, const razorkv::dense_kv_cache<T
         head(h).row_stride() != first.row_stride())
       return nullptr;
   }
-  lm_ggml_tensor* t =
-      lm_ggml_new_tensor_3d(ctx, ggml_type_of<T>(), kHeadDim, first.rows(), kKvHeads);
+  ggml_tensor* t = ggml_new_tensor_3d(ctx, ggml_type_of<T>(), kHeadDim, first.rows(), kKvHeads);
   const std::size_t element = sizeof(T);
   t->nb[1] = static_cast<std::size_t>(first.row_stride()) * element;
   t->nb[2] = static_cast<std::size_t>(head_stride) * element;
@@ -68,35 +65,39 @@ void BM_Decode_Ggml(benchmark::State& state) {
   const auto& cache = layer_cache<T>(tokens);
   std::vector<float> queries = make_queries(query_heads);
 
-  lm_ggml_init_params params{};
-  params.mem_size = 16 * lm_ggml_tensor_overhead() + lm_ggml_graph_overhead();
+  ggml_init_params params{};
+  params.mem_size = 16 * ggml_tensor_overhead() + ggml_graph_overhead();
   params.no_alloc = true;
-  lm_ggml_context* ctx = lm_ggml_init(params);
-  lm_ggml_tensor* k = wrap_cache(ctx, cache, true);
-  lm_ggml_tensor* v = wrap_cache(ctx, cache, false);
+  ggml_context* ctx = ggml_init(params);
+  ggml_tensor* k = wrap_cache(ctx, cache, true);
+  ggml_tensor* v = wrap_cache(ctx, cache, false);
   if (k == nullptr || v == nullptr) {
-    lm_ggml_free(ctx);
+    ggml_free(ctx);
     state.SkipWithError("the cache's heads are not one strided block");
     return;
   }
-  lm_ggml_tensor* q = lm_ggml_new_tensor_3d(ctx, LM_GGML_TYPE_F32, kHeadDim, 1, query_heads);
+  ggml_tensor* q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, kHeadDim, 1, query_heads);
   q->data = queries.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  lm_ggml_tensor* attention = lm_ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
-  lm_ggml_flash_attn_ext_set_prec(attention, LM_GGML_PREC_F32);
+  ggml_tensor* attention = ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
+  if (!ggml_prec_set_acc(attention, GGML_PREC_F32)) {
+    ggml_free(ctx);
+    state.SkipWithError("ggml does not accumulate its flash attention in float");
+    return;
+  }
   std::vector<float> out(static_cast<std::size_t>(query_heads * kHeadDim));
   attention->data = out.data();
-  lm_ggml_cgraph* graph = lm_ggml_new_graph(ctx);
-  lm_ggml_build_forward_expand(graph, attention);
+  ggml_cgraph* graph = ggml_new_graph(ctx);
+  ggml_build_forward_expand(graph, attention);
 
-  lm_ggml_threadpool_params pool_params = lm_ggml_threadpool_params_default(threads());
-  lm_ggml_threadpool* pool = lm_ggml_threadpool_new(&pool_params);
-  lm_ggml_cplan plan = lm_ggml_graph_plan(graph, threads(), pool);
+  ggml_threadpool_params pool_params = ggml_threadpool_params_default(threads());
+  ggml_threadpool* pool = ggml_threadpool_new(&pool_params);
+  ggml_cplan plan = ggml_graph_plan(graph, threads(), pool);
   std::vector<std::uint8_t> work(plan.work_size);
   plan.work_data = work.data();
 
   // The same attention through razorkv: the largest difference, relative to the largest output.
-  lm_ggml_graph_compute(graph, &plan);
+  ggml_graph_compute(graph, &plan);
   std::vector<float> expected(out.size());
   razorkv::decode_attention(
       cache, 0, razorkv::matrix_view<const float>(queries.data(), query_heads, kHeadDim),
@@ -118,7 +119,7 @@ void BM_Decode_Ggml(benchmark::State& state) {
                             .c_str());
   } else {
     for (auto _ : state) {
-      lm_ggml_graph_compute(graph, &plan);
+      ggml_graph_compute(graph, &plan);
       benchmark::DoNotOptimize(out.data());
       benchmark::ClobberMemory();
     }
@@ -126,8 +127,8 @@ void BM_Decode_Ggml(benchmark::State& state) {
     state.counters["threads"] = threads();
     state.counters["relative_difference"] = difference / largest;
   }
-  lm_ggml_threadpool_free(pool);
-  lm_ggml_free(ctx);
+  ggml_threadpool_free(pool);
+  ggml_free(ctx);
 }
 
 BENCHMARK_TEMPLATE(BM_Decode_Ggml, float)->Apply(decode_shapes);
