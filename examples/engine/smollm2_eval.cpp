@@ -5,7 +5,9 @@
 //   results.csv     one row per prompt and policy: whole-answer correctness, bytes, the answer
 //   likelihood.csv  one row per likelihood trial and policy: NLL, KL from the full cache
 //   prompts.jsonl   the prompts' token ids and expected answers (tools/eval/llama_cpp_kv.py and
-//                   tools/eval/kvpress_eval.py; --prompts-only writes it alone)
+//                   tools/eval/kvpress_eval.py)
+//   likelihood.jsonl  the likelihood trials' token ids (tools/eval/llama_cpp_kv.py --likelihood);
+//                   --prompts-only writes the two .jsonl files and runs no policy
 //   razorkv_smollm2_eval <model.gguf> <repository root> <output folder>
 //       [--lengths 1024,2048,4096,8128] [--reps 1] [--likelihood 4] [--budget 0.3333]
 //       [--tasks single,multikey,multivalue,vartrack,copy] [--needles number,word,alnum,uuid]
@@ -43,7 +45,7 @@ struct options {
   std::vector<std::string> tasks = {"single", "multikey", "multivalue", "vartrack", "copy"};
   std::vector<std::string> needles = {"number", "word", "alnum", "uuid"};  ///< single's kinds
   bool chunked = false;
-  bool prompts_only = false;  ///< write prompts.jsonl, run no policy (for llama.cpp and kvpress)
+  bool prompts_only = false;  ///< write the .jsonl files, run no policy (for llama.cpp, kvpress)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -106,7 +108,6 @@ options parse(int argc, char** argv) {
       RAZORKV_CHECK(false, kInvalidArgument, "razorkv_smollm2_eval: unknown option \"", a, "\"");
     }
   }
-  if (o.prompts_only) o.likelihood = 0;
   RAZORKV_CHECK(o.reps >= 1, kInvalidArgument, "razorkv_smollm2_eval: --reps (", o.reps,
                 ") must be >= 1");
   for (const std::string& n : o.needles) {
@@ -247,9 +248,9 @@ int main(int argc, char** argv) {
     const std::vector<int> haystack = m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(root));
 
     std::ofstream results(out_dir + "/results.csv"), prompts(out_dir + "/prompts.jsonl"),
-        likelihood(out_dir + "/likelihood.csv");
-    RAZORKV_CHECK(results.good() && prompts.good() && likelihood.good(), kInvalidArgument,
-                  "razorkv_smollm2_eval: cannot write into \"", out_dir, "\"");
+        likelihood(out_dir + "/likelihood.csv"), trials(out_dir + "/likelihood.jsonl");
+    RAZORKV_CHECK(results.good() && prompts.good() && likelihood.good() && trials.good(),
+                  kInvalidArgument, "razorkv_smollm2_eval: cannot write into \"", out_dir, "\"");
     results << "length,task,needle,depth,rep,policy,query_aware,budget,kv_bytes,full_bytes,"
                "correct,generated,expected\n";
     likelihood << "length,trial,policy,kv_bytes,full_bytes,scored,nll,kl,agree\n";
@@ -332,6 +333,10 @@ int main(int argc, char** argv) {
             rng, haystack.size() - static_cast<std::size_t>(prefix + 128)));
         const std::vector<int> tokens(haystack.begin() + first,
                                       haystack.begin() + first + prefix + 128);
+        trials << "{\"length\": " << length << ", \"trial\": " << t << ", \"prefix\": " << prefix
+               << ", \"ids\": " << nlohmann::json(tokens).dump() << "}\n";
+        trials.flush();
+        if (o.prompts_only) continue;
         const std::vector<tiny_llama::likelihood_outcome> outcomes =
             tiny_llama::likelihood_trial(m, tokens, prefix, policies, budget);
         for (std::size_t b = 0; b < outcomes.size(); ++b) {
@@ -356,8 +361,9 @@ int main(int argc, char** argv) {
                   static_cast<long long>(length), prompts_run, o.likelihood,
                   seconds_since(length_start));
     }
-    std::printf("wrote %s/results.csv, likelihood.csv and prompts.jsonl in %.0f s\n",
-                out_dir.c_str(), seconds_since(start));
+    std::printf(
+        "wrote %s/results.csv, likelihood.csv, prompts.jsonl and likelihood.jsonl in %.0f s\n",
+        out_dir.c_str(), seconds_since(start));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

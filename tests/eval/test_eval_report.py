@@ -4,7 +4,7 @@
         a run repeated in a later one (a chunked-prefill run repeats every other cache on its
         prompts) is merged once; a razorkv run from before the budget column is at the default
         budget; kvpress's CSV files are gathered; the budget sweep keeps the prompts every budget
-        ran and draws a line per policy
+        ran and draws a line per policy; llama.cpp's likelihood rows join razorkv's
     python3 tests/eval/test_eval_report.py tools/eval/report.py --docs-tables DOCS.md CSV_DIR
         every table the report prints from CSV_DIR appears, row for row, in DOCS.md
 Standard library only; prints "report.py: ok".
@@ -75,10 +75,18 @@ def check_merge(report) -> None:
         write(tmp / "kv/kvpress-long.csv", press,
               [["1024", "single", "number", "0.5", "0", "kvpress kvzip", "1.0000", "0.3333", "1.0",
                 "1", " 1", "1"]])
+        likelihood = ["length", "trial", "policy", "kv_bytes", "full_bytes", "scored", "nll", "kl",
+                      "agree"]
+        write(tmp / "main/likelihood.csv", likelihood,
+              [["1024", "0", "full", "300", "300", "10", "20", "0", "10"],
+               ["1024", "0", "razor", "100", "300", "10", "22", "0.5", "8"]])
+        write(tmp / "ll/likelihood.csv", likelihood,  # llama_cpp_kv.py --likelihood's run
+              [["1024", "0", "llama.cpp f16", "200", "200", "10", "20.5", "0", "10"],
+               ["1024", "0", "llama.cpp q8_0", "106", "200", "10", "20.6", "0.01", "10"]])
         report.merge(tmp / "old", [tmp / "main"])  # runs from before the budget column alone
         with open(tmp / "old/results.csv", encoding="utf-8") as f:
             assert all(r["budget"] == "0.333333" for r in csv.DictReader(f)), "no default budget"
-        report.merge(tmp / "out", [tmp / "main", tmp / "chunked", tmp / "b", tmp / "kv"])
+        report.merge(tmp / "out", [tmp / "main", tmp / "chunked", tmp / "b", tmp / "kv", tmp / "ll"])
         with open(tmp / "out/results.csv", encoding="utf-8") as f:
             merged = list(csv.DictReader(f))
         assert list(merged[0].keys()) == new, f"merged columns {list(merged[0].keys())}"
@@ -92,6 +100,11 @@ def check_merge(report) -> None:
         assert "| razor | 100 [34, 100] (0.33) | 50 [9, 91] (0.50) |" in text, \
             "the budget sweep's razor row:\n" + text
         assert "kvpress kvzip (masks, stores all)" in text, "a masking press is not marked:\n" + text
+        # Perplexity exp(22 / 10), KL 0.5 / 10, 8 of 10 positions agree; bytes as fractions.
+        assert "| razor | 0.333 | 9.03 / 0.0500 / 80% |" in text, "the likelihood table:\n" + text
+        assert "| llama.cpp q8_0 | 0.530 | 7.85 / 0.0010 / 100% |" in text, \
+            "llama.cpp's likelihood rows were not merged:\n" + text
+        assert "KL and top token from its own f16 cache" in text, "llama.cpp's reference unsaid"
         svg = (tmp / "figures/policies.svg").read_text(encoding="utf-8")
         assert svg.count("<polyline") >= 2, "the sweep draws no lines"
         assert "<polygon" in svg, "kvpress's points are missing"

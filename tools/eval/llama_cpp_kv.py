@@ -2,6 +2,7 @@
 
     python llama_cpp_kv.py MODEL.gguf PROMPTS.jsonl OUT.csv [--lengths 1024,2048]
         [--tasks single,multikey] [--needles number] [--caches f16,q8_0,q4_0]
+    python llama_cpp_kv.py MODEL.gguf LIKELIHOOD.jsonl likelihood.csv --likelihood [--lengths ..]
 
 Reads the prompts razorkv_smollm2_eval wrote (token ids, expected answers, answer limits), runs
 each through llama.cpp (llama-cpp-python, pinned in tools/smollm2/requirements.txt) with flash
@@ -9,10 +10,17 @@ attention and the K and V cache types asked for, generates greedily with the eva
 (a control token ends the answer; so does a newline once a single-line answer has begun; at most
 max_answer_tokens), and scores the answer whole: every expected string must appear in it.
 Writes one row per prompt and cache type, with the cache's bytes as a fraction of its f16 size.
+
+With --likelihood, reads the held-out likelihood trials razorkv_smollm2_eval wrote
+(likelihood.jsonl) instead and writes razorkv's likelihood.csv columns: each trial's tokens are
+teacher-forced through each cache type and the predictions after the prefix are scored as
+razorkv scores them (NLL; KL from llama.cpp's own f16 cache, which must come first; the same top
+token as f16), with the cache's bytes and its f16 size.
 """
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 
@@ -49,6 +57,56 @@ def answer(llm: llama_cpp.Llama, prompt: dict) -> str:
     return b"".join(pieces).decode("utf-8", errors="replace")
 
 
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """Row-wise, in double: the KL of two close distributions is a small difference."""
+    x = x.astype(np.float64)
+    x -= x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def likelihood(model: str, trials: list, caches: list, out_path: str) -> None:
+    """Perplexity, KL from f16 and agreement with f16 of each cache type on each trial."""
+    if caches[0] != "f16":
+        sys.exit("llama_cpp_kv.py: --likelihood needs f16 first in --caches (the KL's reference)")
+    n_ctx = max(len(t["ids"]) for t in trials)
+    llms = {c: llama_cpp.Llama(model, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True,
+                               type_k=TYPES[c][0], type_v=TYPES[c][0], flash_attn=True,
+                               verbose=False) for c in caches}
+    first = next(iter(llms.values())).model
+    # K and V of every layer: n_head_kv rows of n_embd / n_head values per token.
+    per_token = (2 * llama_cpp.llama_model_n_layer(first) * llama_cpp.llama_model_n_head_kv(first)
+                 * llama_cpp.llama_model_n_embd(first) // llama_cpp.llama_model_n_head(first))
+    start = time.time()
+    with open(out_path, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["length", "trial", "policy", "kv_bytes", "full_bytes", "scored", "nll",
+                         "kl", "agree"])
+        for t in trials:
+            ids, prefix = t["ids"], t["prefix"]
+            # As razorkv scores: the predictions of ids[prefix + 1:], made at positions
+            # prefix .. len - 2 (the prediction of ids[prefix] comes from the prefill alone).
+            targets = np.array(ids[prefix + 1:])
+            full = None
+            for cache, llm in llms.items():
+                llm.reset()
+                llm.eval(ids)
+                lp = log_softmax(llm.scores[prefix:len(ids) - 1])
+                if full is None:
+                    full = lp
+                nll = -lp[np.arange(len(targets)), targets].sum()
+                kl = (np.exp(full) * (full - lp)).sum()
+                agree = (lp.argmax(axis=1) == full.argmax(axis=1)).sum()
+                f16_bytes = per_token * prefix * 2
+                writer.writerow([t["length"], t["trial"], f"llama.cpp {cache}",
+                                 round(f16_bytes * TYPES[cache][1] / 2), f16_bytes, len(targets),
+                                 f"{nll:.6g}", f"{kl:.6g}", int(agree)])
+                out.flush()
+                print(f"{cache} {t['length']} trial {t['trial']}: ppl "
+                      f"{math.exp(nll / len(targets)):.3f} KL {kl / len(targets):.4f} "
+                      f"({time.time() - start:.0f} s)", flush=True)
+    print(f"wrote {out_path} in {time.time() - start:.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -58,6 +116,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="")
     parser.add_argument("--needles", default="")
     parser.add_argument("--caches", default="f16,q8_0,q4_0")
+    parser.add_argument("--likelihood", action="store_true",
+                        help="PROMPTS is likelihood.jsonl: perplexity and KL, not answers")
     args = parser.parse_args()
     lengths = {int(x) for x in args.lengths.split(",") if x}
     tasks = {x for x in args.tasks.split(",") if x}
@@ -68,6 +128,12 @@ def main() -> None:
             sys.exit(f"llama_cpp_kv.py: cache type {c!r} is not one of {', '.join(TYPES)}")
     with open(args.prompts, encoding="utf-8") as f:
         prompts = [json.loads(line) for line in f]
+    if args.likelihood:
+        trials = [t for t in prompts if not lengths or t["length"] in lengths]
+        if not trials:
+            sys.exit(f"llama_cpp_kv.py: no trials of lengths {sorted(lengths)} in {args.prompts}")
+        likelihood(args.model, trials, caches, args.out)
+        return
     prompts = [p for p in prompts if (not lengths or p["length"] in lengths)
                and (not tasks or p["task"] in tasks) and (not needles or p["needle"] in needles)]
     if not prompts:

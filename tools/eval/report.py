@@ -247,15 +247,20 @@ def main() -> None:
         ll_lengths = sorted({int(r["length"]) for r in likelihood})
         print("\n### Held-out perplexity / mean KL from the full cache (nats per token) / same top "
               "token as the full cache\n")
-        print("| cache | " + " | ".join(f"{n:,}" for n in ll_lengths) + " |")
-        print("|---|" + "--:|" * len(ll_lengths))
+        print("| cache | KV bytes / full | " + " | ".join(f"{n:,}" for n in ll_lengths) + " |")
+        print("|---|--:|" + "--:|" * len(ll_lengths))
         for p in dict.fromkeys(r["policy"] for r in likelihood):
             cells = []
             for n in ll_lengths:
                 nll, kl, agree, scored, _ = agg[(p, n)]
                 cells.append(f"{math.exp(nll / scored):.2f} / {kl / scored:.4f} / "
-                             f"{100 * agree / scored:.0f}%")
-            print(f"| {p} | " + " | ".join(cells) + " |")
+                             f"{100 * agree / scored:.0f}%" if scored else "-")
+            fractions = sorted({f"{agg[(p, n)][4]:.3f}" for n in ll_lengths if agg[(p, n)][3]})
+            bytes_cell = fractions[0] + (f"-{fractions[-1]}" if len(fractions) > 1 else "")
+            print(f"| {p} | {bytes_cell} | " + " | ".join(cells) + " |")
+        if any(p.startswith("llama.cpp") for (p, _) in agg):
+            print("\nllama.cpp's rows: its own engine, KL and top token from its own f16 cache, "
+                  "bytes against its f16 cache.")
 
     cross_check(rows)
     sweep = budget_sweep(every_row, solved)

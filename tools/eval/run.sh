@@ -10,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
 
 razorkv_require_packages cmake make g++ libeigen3-dev nlohmann-json3-dev python3 python3-venv ca-certificates
 out="${1:-$razorkv_root/build/eval/main}"
-mkdir -p "$out"/{8k,chunked-long,budget-0.2/long,budget-0.5/long,llama-long,kvpress} \
+mkdir -p "$out"/{8k,chunked-long,budget-0.2/long,budget-0.5/long,llama-long,llama-likelihood,kvpress} \
   || razorkv_fail "cannot create $out"
 model="$(bash "$razorkv_root/scripts/get_model.sh")" || razorkv_fail "could not fetch the model"
 build="$razorkv_root/build/eval/build"
@@ -33,9 +33,11 @@ cat "$out/prompts.jsonl" "$out/8k/prompts.jsonl" >"$out/all-prompts.jsonl"
 
 bash "$razorkv_root/tools/smollm2/setup_env.sh" || razorkv_fail "could not set up build/venv-smollm2"
 llama() { "$razorkv_root/build/venv-smollm2/bin/python" "$razorkv_root/tools/eval/llama_cpp_kv.py" \
-  "$model" "$out/all-prompts.jsonl" "$@" || razorkv_fail "llama_cpp_kv.py $* failed"; }
-llama "$out/llama_cpp.csv" --lengths 1024 --tasks single,multikey
-llama "$out/llama-long/llama_cpp.csv" --lengths 2048,4096,8128 --tasks single --needles number
+  "$model" "$@" || razorkv_fail "llama_cpp_kv.py $* failed"; }
+llama "$out/all-prompts.jsonl" "$out/llama_cpp.csv" --lengths 1024 --tasks single,multikey
+llama "$out/all-prompts.jsonl" "$out/llama-long/llama_cpp.csv" --lengths 2048,4096,8128 \
+  --tasks single --needles number
+llama "$out/likelihood.jsonl" "$out/llama-likelihood/likelihood.csv" --likelihood
 
 bash "$razorkv_root/tools/eval/setup_kvpress.sh" || razorkv_fail "could not set up build/venv-kvpress"
 kvpress() { "$razorkv_root/build/venv-kvpress/bin/python" "$razorkv_root/tools/eval/kvpress_eval.py" \
@@ -47,5 +49,5 @@ docs="$razorkv_root/docs/eval"
 mkdir -p "$docs"
 python3 "$razorkv_root/tools/eval/report.py" --merge "$docs" "$out" "$out/8k" "$out/chunked-long" \
   "$out/budget-0.2" "$out/budget-0.2/long" "$out/budget-0.5" "$out/budget-0.5/long" \
-  "$out/llama-long" "$out/kvpress"
+  "$out/llama-long" "$out/llama-likelihood" "$out/kvpress"
 python3 "$razorkv_root/tools/eval/report.py" "$docs" "$docs"
