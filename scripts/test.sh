@@ -9,8 +9,9 @@
 #     projects (add_subdirectory, find_package, pkg-config), the Python module's tests and the
 #     CLI's, benchmark and demo smoke runs, and the engine on SmolLM2-135M (fetched by
 #     scripts/get_model.sh) against llama.cpp's committed reference; that every test
-#     docs/guarantees.md cites exists (scripts/check_guarantees.py); then valgrind memcheck on
-#     most of those unit tests;
+#     docs/guarantees.md cites exists (scripts/check_guarantees.py); `pip install .` into a
+#     fresh virtual environment and the module's tests on what it installed; then valgrind
+#     memcheck on most of those unit tests;
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
 #     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
@@ -74,6 +75,10 @@ razorkv_build "$build/gcc" all -DRAZORKV_SMOLLM2_GGUF="$model" -DCMAKE_BUILD_TYP
 (cd "$build/gcc" && ctest -N >ctest_list.txt)
 python3 "$razorkv_root/scripts/check_guarantees.py" "$build/gcc/ctest_list.txt" \
   || razorkv_fail "docs/guarantees.md cites a test that does not exist (above)"
+
+echo "== razorkv: pip install . into a fresh virtual environment (Debian's Python), the module's tests"
+bash "$razorkv_root/scripts/check_pip_install.sh" /usr/bin/python3 "$build/venv-pip" \
+  || razorkv_fail "pip install . failed its check (above)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
 # One suite per core (memcheck runs a program on one thread), the longest first.
