@@ -78,10 +78,12 @@ decltype(auto) with_type(razorkv::dtype type, F&& f) {
 // A numpy array seen as razorkv's views: in place when its last axis is contiguous and every
 // stride is a non-negative multiple of the element size, else a C-contiguous copy that this
 // object keeps alive.
+const char* numpy_name(razorkv::dtype type) noexcept;
+
 class array_in {
  public:
   array_in(py::array a, const std::string& declared, const char* name, py::ssize_t ndim)
-      : type_(storage_dtype(a, declared, name)) {
+      : type_(storage_dtype(a, declared, name)), name_(name) {
     RAZORKV_CHECK(a.ndim() == ndim, kShapeMismatch, name, " must have ", ndim, " dimensions, has ",
                   a.ndim());
     const auto item = a.itemsize();
@@ -114,9 +116,19 @@ class array_in {
       return layer<T>();
     });
   }
+  // layer<T>() for a cache that stores T: another dtype is an error in numpy's names (the C++
+  // check's message names C++ types, which a Python user does not write).
+  template <class T>
+  razorkv::layer_view<const T> layer_for(const char* where) const {
+    RAZORKV_CHECK(type_ == razorkv::dtype_of<T>(), kInvalidArgument, where, ": ", name_,
+                  " has dtype ", numpy_name(type_), ", expected ",
+                  numpy_name(razorkv::dtype_of<T>()), " (the cache's dtype)");
+    return layer<T>();
+  }
 
  private:
   razorkv::dtype type_;
+  const char* name_;  // a string literal: the argument's name in messages
   py::array array_;
 };
 
@@ -250,12 +262,16 @@ py::array_t<double> score_table(const razorkv::head_scores& s, bool induction) {
 
 // Decode (one query per query head, [heads, head_dim]) or prefill attention (a chunk of queries,
 // [tokens, heads, head_dim]) over any source; queries are float32, the result is float32.
+// check_finite is the C++ checked mode: a NaN or infinity in the queries or the layer's K/V is
+// an error naming it, not an output of NaN.
 template <class Source>
 py::array_t<float> attend_source(const Source& source, index_t layer, py::array_t<float> queries,
-                                 std::optional<double> scale, razorkv::attention_weights* weights) {
+                                 std::optional<double> scale, bool check_finite,
+                                 razorkv::attention_weights* weights) {
   const array_in q(queries, "", "queries", queries.ndim() == 2 ? 2 : 3);
   razorkv::attention_options options;
   options.scale = scale;
+  options.check_finite = check_finite;
   if (queries.ndim() == 2) {
     const razorkv::matrix_view<const float> view(q.data<float>(), q.extent(0), q.extent(1),
                                                  q.stride(0));
@@ -394,10 +410,11 @@ class py_paged {
   index_t page_size() const {
     return visit([](const auto& view) { return view.page_size(); });
   }
-  py::array_t<float> attend(index_t layer, py::array_t<float> queries,
-                            std::optional<double> scale) const {
-    return visit(
-        [&](const auto& view) { return attend_source(view, layer, queries, scale, nullptr); });
+  py::array_t<float> attend(index_t layer, py::array_t<float> queries, std::optional<double> scale,
+                            bool check_finite) const {
+    return visit([&](const auto& view) {
+      return attend_source(view, layer, queries, scale, check_finite, nullptr);
+    });
   }
 
  private:
@@ -457,24 +474,24 @@ class py_cache {
     const array_in v(std::move(values), values_dtype, "values", 3);
     visit([&](auto& c) {
       using T = typename std::decay_t<decltype(c)>::value_type;
-      c.append(layer, k.any_layer().template as<T>("append", "keys"),
-               v.any_layer().template as<T>("append", "values"));
+      const auto keys_view = k.template layer_for<T>("append");  // keys named first
+      c.append(layer, keys_view, v.template layer_for<T>("append"));
     });
   }
 
   // Decode or prefill attention; a cache that learns from decode (H2O) observes the step.
-  py::array_t<float> attend(index_t layer, py::array_t<float> queries,
-                            std::optional<double> scale) {
+  py::array_t<float> attend(index_t layer, py::array_t<float> queries, std::optional<double> scale,
+                            bool check_finite) {
     return visit([&](auto& c) {
       if constexpr (std::is_same_v<Cache<float>, razorkv::any_kv_cache<float>>) {
         if (queries.ndim() == 2 && c.observes_attention()) {
           razorkv::attention_weights weights;
-          py::array_t<float> out = attend_source(c, layer, queries, scale, &weights);
+          py::array_t<float> out = attend_source(c, layer, queries, scale, check_finite, &weights);
           c.observe(layer, weights);
           return out;
         }
       }
-      return attend_source(c, layer, queries, scale, nullptr);
+      return attend_source(c, layer, queries, scale, check_finite, nullptr);
     });
   }
 
@@ -578,9 +595,9 @@ baseline_cache compress_prompt(const razorkv::policy& policy, const razorkv::mod
     std::vector<razorkv::layer_sequence<T>> layers;
     for (std::size_t l = 0; l < k.size(); ++l) {
       razorkv::layer_sequence<T> s;
-      s.keys = k[l].any_layer().template as<T>("compress", "keys");
-      s.values = v[l].any_layer().template as<T>("compress", "values");
-      if (!q.empty()) s.queries = q[l].any_layer().template as<T>("compress", "queries");
+      s.keys = k[l].template layer_for<T>("compress");
+      s.values = v[l].template layer_for<T>("compress");
+      if (!q.empty()) s.queries = q[l].template layer_for<T>("compress");
       layers.push_back(s);
     }
     razorkv::prompt_kv<T> prompt(shape, std::move(layers));
@@ -644,7 +661,14 @@ PYBIND11_MODULE(_razorkv, m) {
   // razorkv's errors arrive as razorkv.Error (a ValueError) carrying razorkv's message.
   py::register_exception<razorkv::error>(m, "Error", PyExc_ValueError);
 
-  py::class_<razorkv::probe>(m, "Probe")
+  py::class_<razorkv::probe>(
+      m, "Probe", R"doc(The calibration probe: `period` random token ids repeated `repeats` times.
+
+Run the model on probe.tokens; echo heads attend to the earlier copy of the current token,
+induction heads to the token after it. Probe(period=2500, repeats=4, *, vocab_max,
+vocab_min=0, bos=None, seed=0, allow_duplicates=False): ids drawn from [vocab_min,
+vocab_max), without repeats within a period unless allow_duplicates; bos, when given, is
+prepended. A bad field is a razorkv.Error naming it.)doc")
       .def(py::init([](index_t period, index_t repeats, std::int64_t vocab_max,
                        std::int64_t vocab_min, std::optional<std::int64_t> bos, std::uint64_t seed,
                        bool allow_duplicates) {
@@ -660,32 +684,47 @@ PYBIND11_MODULE(_razorkv, m) {
            }),
            py::arg("period") = 2500, py::arg("repeats") = 4, py::kw_only(), py::arg("vocab_max"),
            py::arg("vocab_min") = 0, py::arg("bos") = std::nullopt, py::arg("seed") = 0,
-           py::arg("allow_duplicates") = false)
+           py::arg("allow_duplicates") = false,
+           "Draws the probe's ids (see the class); period and repeats at least 1.")
       .def_static(
           "from_tokens",
           [](std::vector<std::int64_t> tokens, index_t period, index_t repeats, bool has_bos) {
             return razorkv::probe(std::move(tokens), period, repeats, has_bos);
           },
-          py::arg("tokens"), py::arg("period"), py::arg("repeats"), py::arg("has_bos") = false)
-      .def_property_readonly("tokens",
-                             [](const razorkv::probe& p) {
-                               return py::array_t<std::int64_t>(
-                                   static_cast<py::ssize_t>(p.tokens().size()), p.tokens().data());
-                             })
-      .def_property_readonly("period", &razorkv::probe::num_random_tokens)
-      .def_property_readonly("repeats", &razorkv::probe::repeats)
-      .def_property_readonly("has_bos", &razorkv::probe::has_bos)
-      .def("__len__", &razorkv::probe::length);
+          py::arg("tokens"), py::arg("period"), py::arg("repeats"), py::arg("has_bos") = false,
+          "A probe the engine already has (e.g. read back from probe.npy): tokens must be "
+          "[bos,] then `repeats` identical copies of `period` ids; a mismatch names the first "
+          "position that differs.")
+      .def_property_readonly(
+          "tokens",
+          [](const razorkv::probe& p) {
+            return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.tokens().size()),
+                                             p.tokens().data());
+          },
+          "The ids to run the model on, int64 [len(probe)] (a copy).")
+      .def_property_readonly("period", &razorkv::probe::num_random_tokens,
+                             "Random ids per copy (P).")
+      .def_property_readonly("repeats", &razorkv::probe::repeats, "Copies of the period (R).")
+      .def_property_readonly("has_bos", &razorkv::probe::has_bos,
+                             "Whether tokens[0] is a BOS id before the copies.")
+      .def("__len__", &razorkv::probe::length, "Tokens in all: P * R, plus one with a BOS.");
 
-  py::class_<razorkv::io::gguf_file>(m, "GgufFile")
+  py::class_<razorkv::io::gguf_file>(m, "GgufFile",
+                                     R"doc(A GGUF model file, read and checked at construction.
+
+GgufFile(path). file["general.architecture"] gives a metadata value as a Python value (arrays
+as lists), `key in file` tests for one, keys() lists them; tensor(name) dequantises a tensor
+to float32. A malformed file is a razorkv.Error naming the offset and the field.)doc")
       .def(py::init([](const std::string& path) {
              py::gil_scoped_release unlocked;
              return razorkv::io::gguf_file::read(path);
            }),
-           py::arg("path"))
-      .def_property_readonly("version", &razorkv::io::gguf_file::version)
-      .def_property_readonly("alignment", &razorkv::io::gguf_file::alignment)
-      .def("keys", &razorkv::io::gguf_file::metadata_keys)
+           py::arg("path"), "Reads and checks the file at `path` (its tensors stay on disk).")
+      .def_property_readonly("version", &razorkv::io::gguf_file::version,
+                             "The GGUF format version (2 or 3).")
+      .def_property_readonly("alignment", &razorkv::io::gguf_file::alignment,
+                             "The tensor data's alignment in bytes.")
+      .def("keys", &razorkv::io::gguf_file::metadata_keys, "The metadata keys, in file order.")
       .def("__contains__", &razorkv::io::gguf_file::contains, py::arg("key"))
       .def(
           "__getitem__",
@@ -694,81 +733,123 @@ PYBIND11_MODULE(_razorkv, m) {
             return gguf_to_python(f.value(key), key);
           },
           py::arg("key"))
-      .def_property_readonly("tensor_names",
-                             [](const razorkv::io::gguf_file& f) {
-                               std::vector<std::string> names;
-                               for (const auto& t : f.tensors()) names.push_back(t.name);
-                               return names;
-                             })
+      .def_property_readonly(
+          "tensor_names",
+          [](const razorkv::io::gguf_file& f) {
+            std::vector<std::string> names;
+            for (const auto& t : f.tensors()) names.push_back(t.name);
+            return names;
+          },
+          "The tensors' names, in file order.")
       .def(
           "tensor_type",
           [](const razorkv::io::gguf_file& f, const std::string& name) {
             return std::string(f.tensor(name).type_name());
           },
-          py::arg("name"))
-      .def("tensor", &gguf_tensor_array, py::arg("name"))
-      .def("plan", [](const razorkv::io::gguf_file& f) { return razorkv::io::plan_from_gguf(f); });
+          py::arg("name"), "The tensor's GGML type, e.g. \"F32\", \"Q4_1\".")
+      .def("tensor", &gguf_tensor_array, py::arg("name"),
+           "The tensor dequantised to a float32 array, its GGUF dimensions reversed (GGUF lists "
+           "the contiguous one first; numpy's C order lists it last).")
+      .def(
+          "plan", [](const razorkv::io::gguf_file& f) { return razorkv::io::plan_from_gguf(f); },
+          "The HeadPlan the file carries under \"razorkv.plan\", or None.");
 
   m.def("_score_queries_keys", &score_queries_keys);
   m.def("_score_probabilities", &score_probabilities);
 
-  py::class_<razorkv::head_scores>(m, "HeadScores")
+  py::class_<razorkv::head_scores>(
+      m, "HeadScores", R"doc(Echo and induction scores of every query head, layer by layer.
+
+HeadScores(num_layers, num_query_heads, num_kv_heads) is empty; set_layer fills one layer.
+razorkv.torch.score_heads and load_scores return filled ones; select reads them.)doc")
       .def(py::init<index_t, index_t, index_t>(), py::arg("num_layers"), py::arg("num_query_heads"),
-           py::arg("num_kv_heads"))
+           py::arg("num_kv_heads"), "Empty scores for the shape (complete is False).")
       .def(
           "set_layer",
           [](razorkv::head_scores& s, index_t layer, std::vector<double> echo,
              std::vector<double> induction) {
             s.set_layer(layer, razorkv::layer_scores{std::move(echo), std::move(induction)});
           },
-          py::arg("layer"), py::arg("echo"), py::arg("induction"))
-      .def_property_readonly("num_layers", &razorkv::head_scores::num_layers)
-      .def_property_readonly("num_query_heads", &razorkv::head_scores::num_query_heads)
-      .def_property_readonly("num_kv_heads", &razorkv::head_scores::num_kv_heads)
-      .def_property_readonly("complete", &razorkv::head_scores::complete)
-      .def_property_readonly("echo",
-                             [](const razorkv::head_scores& s) { return score_table(s, false); })
-      .def_property_readonly("induction",
-                             [](const razorkv::head_scores& s) { return score_table(s, true); })
-      .def("to_json", &razorkv::io::head_scores_to_json, py::arg("head_dim") = 0)
-      .def_static("from_json", &razorkv::io::head_scores_from_json, py::arg("text"));
+          py::arg("layer"), py::arg("echo"), py::arg("induction"),
+          "Sets one layer's scores: echo and induction are num_query_heads floats each, "
+          "finite (score_queries_keys returns them).")
+      .def_property_readonly("num_layers", &razorkv::head_scores::num_layers, "Layers.")
+      .def_property_readonly("num_query_heads", &razorkv::head_scores::num_query_heads,
+                             "Query heads per layer.")
+      .def_property_readonly("num_kv_heads", &razorkv::head_scores::num_kv_heads,
+                             "KV heads per layer (a GQA group of query heads shares one).")
+      .def_property_readonly("complete", &razorkv::head_scores::complete,
+                             "True once every layer is set.")
+      .def_property_readonly(
+          "echo", [](const razorkv::head_scores& s) { return score_table(s, false); },
+          "Echo scores, float64 [num_layers, num_query_heads] (0 where a layer is unset).")
+      .def_property_readonly(
+          "induction", [](const razorkv::head_scores& s) { return score_table(s, true); },
+          "Induction scores, float64 [num_layers, num_query_heads] (0 where unset).")
+      .def("to_json", &razorkv::io::head_scores_to_json, py::arg("head_dim") = 0,
+           "The scores as scores.json text; a head_dim > 0 is recorded for `razorkv select`.")
+      .def_static("from_json", &razorkv::io::head_scores_from_json, py::arg("text"),
+                  "Scores from scores.json text (a malformed one names the field).");
 
-  py::class_<razorkv::head_plan>(m, "HeadPlan")
+  py::class_<razorkv::head_plan>(
+      m, "HeadPlan", R"doc(Which kv heads keep their whole cache (retrieval heads) in every layer.
+
+HeadPlan(shape) with shape = (num_layers, num_query_heads, num_kv_heads, head_dim) keeps none;
+select, load_plan and razorkv.torch.calibrate make calibrated ones. Under GQA the kv head (the
+group of query heads that reads it) is the unit.)doc")
       .def(py::init([](const py::tuple& shape) { return razorkv::head_plan(shape_from(shape)); }),
-           py::arg("shape"))
-      .def_property_readonly("shape",
-                             [](const razorkv::head_plan& p) { return shape_to(p.shape()); })
-      .def("is_retrieval", &razorkv::head_plan::is_retrieval, py::arg("layer"), py::arg("kv_head"))
+           py::arg("shape"), "A plan for the model's shape with no retrieval head.")
+      .def_property_readonly(
+          "shape", [](const razorkv::head_plan& p) { return shape_to(p.shape()); },
+          "(num_layers, num_query_heads, num_kv_heads, head_dim).")
+      .def("is_retrieval", &razorkv::head_plan::is_retrieval, py::arg("layer"), py::arg("kv_head"),
+           "True when the kv head keeps its whole cache.")
       .def("set_retrieval", &razorkv::head_plan::set_retrieval, py::arg("layer"),
-           py::arg("kv_head"), py::arg("retrieval") = true)
-      .def("retrieval_heads", &razorkv::head_plan::retrieval_heads, py::arg("layer"))
-      .def_property_readonly("num_retrieval", &razorkv::head_plan::num_retrieval)
+           py::arg("kv_head"), py::arg("retrieval") = true,
+           "Makes the kv head a retrieval head (or, with retrieval=False, a compressed one).")
+      .def("retrieval_heads", &razorkv::head_plan::retrieval_heads, py::arg("layer"),
+           "The layer's retrieval kv heads, increasing.")
+      .def_property_readonly("num_retrieval", &razorkv::head_plan::num_retrieval,
+                             "Retrieval kv heads over every layer.")
       .def("buffer_override", &razorkv::head_plan::buffer_override, py::arg("layer"),
-           py::arg("kv_head"))
+           py::arg("kv_head"),
+           "The window, in tokens, that replaces max(s0, N / c) for this compressed head (the "
+           "ALiBi plans set one), or None.")
       .def("set_buffer_override", &razorkv::head_plan::set_buffer_override, py::arg("layer"),
-           py::arg("kv_head"), py::arg("tokens"))
-      .def_property_readonly("retrieval_mask",
-                             [](const razorkv::head_plan& p) {
-                               const auto& s = p.shape();
-                               py::array_t<bool> out({s.num_layers, s.num_kv_heads});
-                               auto cells = out.mutable_unchecked<2>();
-                               for (index_t l = 0; l < s.num_layers; ++l)
-                                 for (index_t h = 0; h < s.num_kv_heads; ++h)
-                                   cells(l, h) = p.is_retrieval(l, h);
-                               return out;
-                             })
-      .def_property_readonly("method",
-                             [](const razorkv::head_plan& p) { return p.selection().method; })
-      .def("validate_against",
-           [](const razorkv::head_plan& p, const py::tuple& shape) {
-             p.validate_against(shape_from(shape));
-           })
+           py::arg("kv_head"), py::arg("tokens"),
+           "Sets the head's window to `tokens` (>= 1) whatever the prompt's length.")
+      .def_property_readonly(
+          "retrieval_mask",
+          [](const razorkv::head_plan& p) {
+            const auto& s = p.shape();
+            py::array_t<bool> out({s.num_layers, s.num_kv_heads});
+            auto cells = out.mutable_unchecked<2>();
+            for (index_t l = 0; l < s.num_layers; ++l)
+              for (index_t h = 0; h < s.num_kv_heads; ++h) cells(l, h) = p.is_retrieval(l, h);
+            return out;
+          },
+          "bool [num_layers, num_kv_heads]: True at the retrieval heads.")
+      .def_property_readonly(
+          "method", [](const razorkv::head_plan& p) { return p.selection().method; },
+          "How the plan was made, as its file records it (e.g. \"razorattention\", \"alibi "
+          "span\", \"manual\").")
+      .def(
+          "validate_against",
+          [](const razorkv::head_plan& p, const py::tuple& shape) {
+            p.validate_against(shape_from(shape));
+          },
+          py::arg("shape"),
+          "Raises razorkv.Error naming the first field of the plan's shape that differs from "
+          "`shape` (the model's (num_layers, num_query_heads, num_kv_heads, head_dim)): a plan "
+          "calibrated for another model.")
       .def(
           "format",
           [](const razorkv::head_plan& p, const std::string& format) {
             return razorkv::io::format_head_plan(p, razorkv::io::parse_plan_format(format));
           },
-          py::arg("format") = "razorkv")
+          py::arg("format") = "razorkv",
+          "The plan as text: \"razorkv\" (JSON), \"mindspore\" (mindspore_gs JSON) or "
+          "\"duoattention\" (TSV of gates 1/0); save_plan writes it.")
       .def_static(
           "parse",
           [](const std::string& text, const std::string& format, std::optional<py::tuple> shape,
@@ -782,7 +863,9 @@ PYBIND11_MODULE(_razorkv, m) {
           },
           py::arg("text"), py::kw_only(), py::arg("format") = "auto",
           py::arg("shape") = std::nullopt, py::arg("threshold") = 0.5,
-          py::arg("sparsity") = std::nullopt);
+          py::arg("sparsity") = std::nullopt,
+          "A plan from text in any format format() writes (\"auto\" recognises it); see "
+          "load_plan for shape, threshold and sparsity.");
 
   m.def(
       "select",
@@ -796,7 +879,13 @@ PYBIND11_MODULE(_razorkv, m) {
         return razorkv::select_retrieval_heads(scores, head_dim, config);
       },
       py::arg("scores"), py::kw_only(), py::arg("head_dim"), py::arg("induction_ratio") = 0.14,
-      py::arg("echo_ratio") = 0.01, py::arg("gqa") = "sum", py::arg("min_per_layer") = 0);
+      py::arg("echo_ratio") = 0.01, py::arg("gqa") = "sum", py::arg("min_per_layer") = 0,
+      R"doc(The plan of RazorAttention's selection from complete HeadScores.
+
+Keeps the top induction_ratio of all kv groups by induction score, then the top echo_ratio
+by echo score (the paper's 14% + 1%). gqa: how a group's query-head scores combine, "sum",
+"mean" or "max". min_per_layer: at least this many retrieval groups in every layer.
+head_dim: the model's, recorded in the plan's shape. Returns a HeadPlan.)doc");
   m.def(
       "select_for_budget",
       [](const razorkv::head_scores& scores, index_t head_dim, index_t budget_bytes,
@@ -818,14 +907,27 @@ PYBIND11_MODULE(_razorkv, m) {
       py::arg("scores"), py::kw_only(), py::arg("head_dim"), py::arg("budget_bytes"),
       py::arg("seq_len"), py::arg("dtype_bytes") = 2, py::arg("sinks") = 4, py::arg("s0") = 4000,
       py::arg("c") = 5.0, py::arg("induction_ratio") = 0.14, py::arg("echo_ratio") = 0.01,
-      py::arg("gqa") = "sum");
+      py::arg("gqa") = "sum",
+      R"doc(The largest selection whose cache fits budget_bytes at seq_len tokens.
+
+Scales induction_ratio and echo_ratio (keeping their proportion) to the largest overall
+ratio whose plan's compressed_kv_bytes (sinks, s0, c, dtype_bytes as there) fits, and returns
+that HeadPlan; a budget that not even zero retrieval groups fit is a razorkv.Error naming the
+budget and the smallest size.)doc");
 
   // ALiBi models: a head's span follows from its slope, so no probe is needed.
-  m.def("alibi_slopes", &razorkv::alibi_slopes, py::arg("num_heads"));
+  m.def("alibi_slopes", &razorkv::alibi_slopes, py::arg("num_heads"),
+        "The ALiBi slopes of Press et al. for num_heads heads: 2^(-8 i / n), i = 1..n, for a "
+        "power of two n, otherwise the reference implementation's interleaving.");
   m.def("alibi_logit_bound", &razorkv::alibi_logit_bound, py::arg("spectral_norm"),
-        py::arg("hidden_norm_bound"), py::arg("scale"));
+        py::arg("hidden_norm_bound"), py::arg("scale"),
+        "The bound B on |scale * q.k|: scale * spectral_norm * hidden_norm_bound^2, with "
+        "spectral_norm = ||W_Q W_K^T||_2 and hidden_norm_bound bounding the hidden states' "
+        "norm.");
   m.def("alibi_span", &razorkv::alibi_span, py::arg("slope"), py::arg("bound"),
-        py::arg("eps") = 1e-3);
+        py::arg("eps") = 1e-3,
+        "The distance beyond which a head with `slope` gives less than eps of its attention "
+        "when every logit is within [-bound, bound]: (2 bound - ln eps) / slope.");
   m.def(
       "select_alibi",
       [](const py::tuple& shape, const std::vector<double>& slopes, double bound, double eps,
@@ -841,7 +943,13 @@ PYBIND11_MODULE(_razorkv, m) {
         return razorkv::select_alibi_heads(shape_from(shape), slopes, options);
       },
       py::arg("shape"), py::arg("slopes"), py::kw_only(), py::arg("bound") = 0.0,
-      py::arg("eps") = 1e-3, py::arg("seq_len") = std::nullopt, py::arg("ratio") = std::nullopt);
+      py::arg("eps") = 1e-3, py::arg("seq_len") = std::nullopt, py::arg("ratio") = std::nullopt,
+      R"doc(A plan for an ALiBi model from its slopes alone (no probe).
+
+slopes: one per query head (alibi_slopes), the same in every layer; a group's span is its
+query heads' largest alibi_span(slope, bound, eps). Give seq_len (groups whose span reaches
+it keep their whole cache) or ratio (the top share of groups by span); every other group
+gets ceil(span) as its buffer_override.)doc");
 
   // The memory calculator.
   m.def(
@@ -849,7 +957,10 @@ PYBIND11_MODULE(_razorkv, m) {
       [](const py::tuple& shape, index_t tokens, index_t dtype_bytes) {
         return razorkv::full_kv_bytes(shape_from(shape), tokens, dtype_bytes);
       },
-      py::arg("shape"), py::arg("tokens"), py::arg("dtype_bytes") = 2);
+      py::arg("shape"), py::arg("tokens"), py::arg("dtype_bytes") = 2,
+      "Bytes of a dense K/V cache of the model (num_layers, num_query_heads, num_kv_heads, "
+      "head_dim) at "
+      "`tokens` tokens: 2 * layers * kv heads * head_dim * tokens * dtype_bytes.");
   m.def(
       "compressed_kv_bytes",
       [](const razorkv::head_plan& plan, index_t tokens, index_t sinks, index_t s0, double c,
@@ -861,40 +972,79 @@ PYBIND11_MODULE(_razorkv, m) {
         return razorkv::compressed_kv_bytes(plan, tokens, b, dtype_bytes);
       },
       py::arg("plan"), py::arg("tokens"), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
-      py::arg("c") = 5.0, py::arg("dtype_bytes") = 2);
-  m.def("model_presets", [] {
-    py::dict presets;
-    for (const auto& p : razorkv::model_presets()) presets[py::str(p.name)] = shape_to(p.shape);
-    return presets;
-  });
+      py::arg("c") = 5.0, py::arg("dtype_bytes") = 2,
+      "Bytes of the plan's razor cache at `tokens` tokens: retrieval heads whole, every other "
+      "head its sinks, one compensation token and a window of max(s0, tokens / c) (or its "
+      "buffer_override); a head with no more tokens than sinks and window keeps them all.");
+  m.def(
+      "model_presets",
+      [] {
+        py::dict presets;
+        for (const auto& p : razorkv::model_presets()) presets[py::str(p.name)] = shape_to(p.shape);
+        return presets;
+      },
+      "Well-known models' shapes: {name: (num_layers, num_query_heads, num_kv_heads, head_dim)}, "
+      "for the "
+      "calculator.");
 
-  py::class_<razorkv::razor_config>(m, "RazorConfig")
+  py::class_<razorkv::razor_config>(
+      m, "RazorConfig", R"doc(What a compressed (non-retrieval) head keeps, and how it decodes.
+
+RazorConfig(*, sinks=4, s0=4000, c=5.0, fixed_window=0, compensation="weighted",
+decode="append", check_finite=True): the first `sinks` tokens, a recent window of max(s0,
+N / c) tokens of an N-token prompt (fixed_window > 0: that many instead), and one
+compensation token standing for what was dropped ("weighted": mean key and value weighted by
+their count, "unweighted": the mean as one token, "none"). decode "append" lets the window grow
+as tokens are decoded; "bounded" keeps it at its size and folds the oldest token into the
+compensation token. check_finite: compression and append raise razorkv.Error at the first NaN
+or infinity they are handed (one more pass over the K/V); unchecked (False, the C++ default),
+a dropped non-finite token poisons its head's compensation token silently.)doc")
       .def(py::init(&make_razor_config), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
            py::arg("c") = 5.0, py::arg("fixed_window") = 0, py::arg("compensation") = "weighted",
-           py::arg("decode") = "append", py::arg("check_finite") = false)
-      .def_readonly("sinks", &razorkv::razor_config::sinks)
-      .def_readonly("s0", &razorkv::razor_config::s0)
-      .def_readonly("c", &razorkv::razor_config::c)
-      .def_readonly("fixed_window", &razorkv::razor_config::fixed_window)
-      .def_property_readonly("compensation",
-                             [](const razorkv::razor_config& c) {
-                               return razorkv::compensation_mode_name(c.compensation);
-                             })
-      .def_property_readonly("decode", [](const razorkv::razor_config& c) {
-        return razorkv::decode_mode_name(c.decode);
-      });
+           py::arg("decode") = "append", py::arg("check_finite") = true,
+           "See the class; a bad field is a razorkv.Error naming it and its value.")
+      .def_readonly("sinks", &razorkv::razor_config::sinks, "Attention-sink tokens kept.")
+      .def_readonly("s0", &razorkv::razor_config::s0, "The smallest window, in tokens.")
+      .def_readonly("c", &razorkv::razor_config::c,
+                    "The window is N / c tokens of an N-token prompt when that exceeds s0.")
+      .def_readonly("fixed_window", &razorkv::razor_config::fixed_window,
+                    "A window of this many tokens whatever N (0: max(s0, N / c)).")
+      .def_readonly("check_finite", &razorkv::razor_config::check_finite,
+                    "Whether compression and append reject NaN and infinity.")
+      .def_property_readonly(
+          "compensation",
+          [](const razorkv::razor_config& c) {
+            return razorkv::compensation_mode_name(c.compensation);
+          },
+          "\"weighted\", \"unweighted\" or \"none\".")
+      .def_property_readonly(
+          "decode",
+          [](const razorkv::razor_config& c) { return razorkv::decode_mode_name(c.decode); },
+          "\"append\" or \"bounded\".");
 
   // Where caches take their K/V memory from; a cache keeps its resource alive.
-  py::class_<razorkv::huge_page_resource>(m, "HugePageResource")
+  py::class_<razorkv::huge_page_resource>(
+      m, "HugePageResource", R"doc(K/V memory on 2 MiB huge pages, and an engine's pool of it.
+
+HugePageResource(*, min_bytes=2 MiB, keep_bytes=0): blocks of at least min_bytes are mapped
+on huge-page boundaries (Linux backs them with huge pages where transparent huge pages are
+enabled), smaller ones come from the heap. A freed block stays mapped for the next cache while
+the kept blocks total at most keep_bytes, so an engine that makes a cache per request pays the
+OS for its pages once. Pass it as resource= to RazorCache, RazorCache.restore_state or
+compress; a cache keeps its resource alive. HugePageResource.maps_blocks is True where this
+build maps blocks itself (Linux); elsewhere every block is the heap's.)doc")
       .def(py::init(&make_huge_page_resource), py::kw_only(),
            py::arg("min_bytes") = static_cast<index_t>(razorkv::huge_page_resource::kHugePageBytes),
-           py::arg("keep_bytes") = 0)
-      .def_property_readonly("min_bytes", &razorkv::huge_page_resource::min_bytes)
-      .def_property_readonly("keep_bytes", &razorkv::huge_page_resource::keep_bytes)
-      .def("kept_bytes", &razorkv::huge_page_resource::kept_bytes)
-      .def_property_readonly_static("maps_blocks", [](const py::object&) {
-        return razorkv::huge_page_resource::maps_blocks();
-      });
+           py::arg("keep_bytes") = 0, "See the class; min_bytes > 0, keep_bytes >= 0.")
+      .def_property_readonly("min_bytes", &razorkv::huge_page_resource::min_bytes,
+                             "Blocks at least this large are mapped on huge-page boundaries.")
+      .def_property_readonly("keep_bytes", &razorkv::huge_page_resource::keep_bytes,
+                             "Freed mapped blocks kept for reuse, at most, in bytes.")
+      .def("kept_bytes", &razorkv::huge_page_resource::kept_bytes,
+           "Bytes of freed blocks kept mapped for reuse now.")
+      // A constant of the build, so a class attribute (a static property's docstring is lost
+      // on Python 3.11); the class's docstring says what it means.
+      .attr("maps_blocks") = razorkv::huge_page_resource::maps_blocks();
 
   py::class_<razor_cache>(m, "_RazorCache")
       .def(py::init(&make_razor_cache), py::arg("plan"), py::arg("dtype"), py::arg("config"),
@@ -907,8 +1057,12 @@ PYBIND11_MODULE(_razorkv, m) {
              const array_in k(std::move(keys), keys_dtype, "keys", 3);
              const array_in v(std::move(values), values_dtype, "values", 3);
              py::gil_scoped_release unlocked;
-             c.visit(
-                 [&](auto& cache) { cache.compress_layer(layer, k.any_layer(), v.any_layer()); });
+             c.visit([&](auto& cache) {
+               using T = typename std::decay_t<decltype(cache)>::value_type;
+               const auto keys_view =
+                   k.template layer_for<T>("compress_layer");  // keys named first
+               cache.compress_layer(layer, keys_view, v.template layer_for<T>("compress_layer"));
+             });
            })
       .def("compress_chunk",
            [](razor_cache& c, index_t layer, py::array keys, const std::string& keys_dtype,
@@ -916,8 +1070,12 @@ PYBIND11_MODULE(_razorkv, m) {
              const array_in k(std::move(keys), keys_dtype, "keys", 3);
              const array_in v(std::move(values), values_dtype, "values", 3);
              py::gil_scoped_release unlocked;
-             c.visit(
-                 [&](auto& cache) { cache.compress_chunk(layer, k.any_layer(), v.any_layer()); });
+             c.visit([&](auto& cache) {
+               using T = typename std::decay_t<decltype(cache)>::value_type;
+               const auto keys_view =
+                   k.template layer_for<T>("compress_chunk");  // keys named first
+               cache.compress_chunk(layer, keys_view, v.template layer_for<T>("compress_chunk"));
+             });
            })
       .def("compress_layer_paged",
            [](razor_cache& c, index_t layer, const py_paged& prefill) {
@@ -1014,13 +1172,21 @@ PYBIND11_MODULE(_razorkv, m) {
       .def("allocated_bytes", &baseline_cache::allocated_bytes)
       .def("max_new_tokens", &baseline_cache::max_new_tokens);
 
-  py::class_<razorkv::policy>(m, "Policy")
-      .def_readonly("name", &razorkv::policy::name)
-      .def_static("full", [] { return razorkv::policy(razorkv::full_policy()); })
+  py::class_<razorkv::policy>(m, "Policy", R"doc(A KV-compression policy, for razorkv.compress.
+
+Policy.full(), Policy.streaming_llm(), Policy.snapkv(), Policy.h2o() and Policy.razor(plan)
+make one; compress(policy, keys, values, budget_entries=...) applies it to a prompt, every
+policy keeping at most budget_entries entries per kv head on average, so that they compare at
+equal bytes.)doc")
+      .def_readonly("name", &razorkv::policy::name, "The policy's name, as reports print it.")
+      .def_static(
+          "full", [] { return razorkv::policy(razorkv::full_policy()); },
+          "Keeps every token (the reference the others are measured against).")
       .def_static(
           "streaming_llm",
           [](index_t sinks) { return razorkv::policy(razorkv::streaming_llm_policy(sinks)); },
-          py::arg("sinks") = 4)
+          py::arg("sinks") = 4,
+          "StreamingLLM: the first `sinks` tokens and the most recent ones, in every head.")
       .def_static(
           "snapkv",
           [](index_t window, index_t kernel, const std::string& pooling) {
@@ -1033,7 +1199,10 @@ PYBIND11_MODULE(_razorkv, m) {
                                               : razorkv::snapkv_pooling::kAverage;
             return razorkv::policy(razorkv::snapkv_policy(config));
           },
-          py::arg("window") = 32, py::arg("kernel") = 5, py::arg("pooling") = "max")
+          py::arg("window") = 32, py::arg("kernel") = 5, py::arg("pooling") = "max",
+          "SnapKV: the prompt's last `window` queries vote (their attention, pooled over "
+          "`kernel` tokens, \"max\" or \"average\") for the tokens each head keeps beside "
+          "the window; compress needs those queries.")
       .def_static(
           "h2o",
           [](index_t recent, index_t observed_queries) {
@@ -1041,14 +1210,20 @@ PYBIND11_MODULE(_razorkv, m) {
             config.recent = recent;
             return razorkv::policy(razorkv::h2o_policy(config, observed_queries));
           },
-          py::arg("recent") = 0, py::arg("observed_queries") = 0)
+          py::arg("recent") = 0, py::arg("observed_queries") = 0,
+          "H2O: each head keeps its `recent` newest tokens (0: half the budget) and the heavy "
+          "hitters, the tokens with the most accumulated attention, from the prompt's last "
+          "`observed_queries` queries (0: all given) and then from every decode step.")
       .def_static(
           "razor",
           [](const razorkv::head_plan& plan, const razorkv::razor_config& config,
              const std::string& name) {
             return razorkv::policy(razorkv::razor_policy(name, plan, config));
           },
-          py::arg("plan"), py::arg("config") = razorkv::razor_config{}, py::arg("name") = "razor")
+          py::arg("plan"), py::arg("config") = razorkv::razor_config{}, py::arg("name") = "razor",
+          "RazorAttention at the budget: the plan's retrieval heads keep every token, the "
+          "others the config's sinks and compensation token and the window that fills "
+          "budget_entries per kv head on average; `name` labels it in reports.")
       .def(
           "_compress",
           [](const razorkv::policy& p, const py::tuple& shape, const std::vector<py::array>& keys,

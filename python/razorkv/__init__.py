@@ -62,6 +62,26 @@ def _storage(x, name):
     return _np.asarray(x), ""
 
 
+_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _dtype_name(dtype, where):
+    """The storage dtype's name from a name, a numpy dtype or type, or a torch dtype."""
+    if isinstance(dtype, str):
+        name = dtype
+    elif type(dtype).__module__.startswith("torch"):  # torch.float32 prints as "torch.float32"
+        name = str(dtype).rpartition(".")[2]
+    else:
+        try:
+            name = _np.dtype(dtype).name
+        except TypeError:
+            raise Error(f"{where}: dtype must be one of {', '.join(_DTYPES)} (a name, a numpy "
+                        f"or a torch dtype), got a {type(dtype).__name__}") from None
+    if name not in _DTYPES:
+        raise Error(f"{where}: dtype ({dtype!r}) is not one razorkv stores: {', '.join(_DTYPES)}")
+    return name
+
+
 def _float32(x):
     """x as float32 numpy (a copy only when it is not float32 already)."""
     if _is_torch(x):
@@ -119,6 +139,7 @@ def save_scores(scores, path, *, head_dim=0):
 
 
 def load_scores(path):
+    """The HeadScores a scores.json holds (save_scores or `razorkv score` wrote it)."""
     return HeadScores.from_json(_read_text(path))
 
 
@@ -142,25 +163,37 @@ def save_plan(plan, path, format="razorkv"):
 class _Attends:
     """What every K/V source offers: decode and prefill attention over it, its dtype and shape."""
 
-    def decode(self, layer, queries, *, scale=None):
-        """Attention of one query per query head [query heads, head_dim] over the layer;
-        returns [query heads, head_dim] float32 (a torch tensor for a torch query)."""
+    def decode(self, layer, queries, *, scale=None, check_finite=True):
+        """Attention of one query per query head over one layer.
+
+        layer: the layer's index. queries: [query heads, head_dim], any float dtype (read as
+        float32), numpy or a torch CPU tensor. scale: multiplies q.k before the softmax
+        (default 1/sqrt(head_dim)). check_finite: a NaN or infinity in the queries or in the
+        layer's K/V raises razorkv.Error naming it (the default; it reads the K/V once more),
+        where False lets it reach the output as IEEE arithmetic does (an engine's hot loop).
+        Returns [query heads, head_dim] float32 (a torch tensor for a torch query).
+        """
         q = _float32(queries)
         if q.ndim != 2:
             raise Error(f"decode: queries must be [query heads, head_dim], have shape {q.shape}")
-        return _like(self._cache.attend(layer, q, scale), queries)
+        return _like(self._cache.attend(layer, q, scale, check_finite), queries)
 
-    def prefill(self, layer, queries, *, scale=None):
-        """Causal attention of the newest len(queries) tokens' queries
-        [tokens, query heads, head_dim] over the layer (prefill_attention)."""
+    def prefill(self, layer, queries, *, scale=None, check_finite=True):
+        """Causal attention of the newest tokens' queries over one layer.
+
+        queries: [tokens, query heads, head_dim]: the queries of the layer's last `tokens`
+        tokens, each attending to the entries up to its own position. scale and check_finite
+        as in decode. Returns [tokens, query heads, head_dim] float32.
+        """
         q = _float32(queries)
         if q.ndim != 3:
             raise Error("prefill: queries must be [tokens, query heads, head_dim], have shape "
                         f"{q.shape}")
-        return _like(self._cache.attend(layer, q, scale), queries)
+        return _like(self._cache.attend(layer, q, scale, check_finite), queries)
 
     @property
     def dtype(self):
+        """The K/V storage dtype's name: "float32", "float64", "float16" or "bfloat16"."""
         return self._cache.dtype
 
     @property
@@ -179,15 +212,24 @@ class _CacheMethods(_Attends):
         self._cache.append(layer, k, k_dtype, v, v_dtype)
 
     def entries(self, layer, kv_head):
+        """The K/V rows one kv head of one layer holds (a compensation token counts as one)."""
         return self._cache.entries(layer, kv_head)
 
     def kv_bytes(self):
+        """Bytes of K and V the cache holds: entries x 2 x head_dim x the dtype's size, summed
+        over every layer and kv head (sinks, windows and compensation tokens counted)."""
         return self._cache.kv_bytes()
 
     def allocated_bytes(self):
+        """Bytes of K/V memory the cache has allocated, its reserved room included (>=
+        kv_bytes())."""
         return self._cache.allocated_bytes()
 
     def max_new_tokens(self, layer):
+        """How many of the layer's newest tokens every head still holds as entries of their own:
+        a run of tokens appended together, or a prefill chunk, must fit in it to be attended
+        causally (prefill). A compressed head holds its window and what it appended since (in
+        bounded decode, the window alone); a head that dropped nothing holds every token."""
         return self._cache.max_new_tokens(layer)
 
 
@@ -198,9 +240,9 @@ class RazorCache(_CacheMethods):
 
     def __init__(self, plan, dtype="float32", config=None, *, resource=None, _cache=None):
         if _cache is None:
-            if not isinstance(dtype, str):
-                raise Error(f"RazorCache: dtype must be a dtype name such as 'float32', got a "
-                            f"{type(dtype).__name__} (a RazorConfig is passed as config=)")
+            if isinstance(dtype, RazorConfig):
+                raise Error("RazorCache: dtype is a RazorConfig; pass it as config=")
+            dtype = _dtype_name(dtype, "RazorCache")
             if config is not None and not isinstance(config, RazorConfig):
                 raise Error(f"RazorCache: config must be a RazorConfig or None, got a "
                             f"{type(config).__name__}")
@@ -228,18 +270,24 @@ class RazorCache(_CacheMethods):
         self._cache.compress_chunk(layer, k, k_dtype, v, v_dtype)
 
     def num_tokens(self, layer):
+        """Tokens the layer has seen: the prompt plus every token appended since."""
         return self._cache.num_tokens(layer)
 
     def window(self, layer, kv_head):
+        """The recent window, in tokens, a compressed kv head keeps, as fixed at compression
+        (max(s0, N / c), or config.fixed_window); 0 for a retrieval head, which keeps all."""
         return self._cache.window(layer, kv_head)
 
     def is_retrieval(self, layer, kv_head):
+        """True when the plan keeps this kv head whole."""
         return self._cache.is_retrieval(layer, kv_head)
 
     def dense_kv_bytes(self):
+        """Bytes the same tokens would take in a dense cache of this dtype (every head whole)."""
         return self._cache.dense_kv_bytes()
 
     def compression_ratio(self):
+        """kv_bytes() / dense_kv_bytes(): the share of a dense cache's bytes this cache holds."""
         return self._cache.compression_ratio()
 
     def dropped_tokens(self):
@@ -249,12 +297,18 @@ class RazorCache(_CacheMethods):
         return self._cache.dropped_tokens()
 
     def kv_bytes_after(self, tokens):
+        """kv_bytes() once `tokens` more tokens are appended to every compressed layer (a
+        bounded head's window fills, then folds into its compensation token)."""
         return self._cache.kv_bytes_after(tokens)
 
     def clear(self):
+        """Empties every layer (each reads as uncompressed again) but keeps the buffers, so the
+        next prompt no longer than this one allocates nothing: one cache per engine slot."""
         self._cache.clear()
 
     def release(self):
+        """Empties every layer and frees its memory (allocated_bytes() drops to 0); the cache
+        stays usable."""
         self._cache.release()
 
     def save_state(self):
@@ -271,7 +325,8 @@ class RazorCache(_CacheMethods):
         size, so that a small state cannot demand gigabytes."""
         return RazorCache(
             None,
-            _cache=_razorkv._RazorCache.restore_state(bytes(state), dtype, resource, max_bytes))
+            _cache=_razorkv._RazorCache.restore_state(
+                bytes(state), _dtype_name(dtype, "RazorCache.restore_state"), resource, max_bytes))
 
 
 class PagedKV(_Attends):
@@ -297,10 +352,12 @@ class PagedKV(_Attends):
 
     @property
     def num_tokens(self):
+        """The sequence's tokens, as given."""
         return self._cache.num_tokens
 
     @property
     def page_size(self):
+        """Tokens per page, from the pools' shape."""
         return self._cache.page_size
 
 

@@ -4,6 +4,7 @@ inputs and errors."""
 import gc
 import os
 import tempfile
+import inspect
 import unittest
 import weakref
 
@@ -114,6 +115,40 @@ def scores_with_favourites(layers=3, query_heads=4, kv_heads=2):
             induction[3] = 0.9  # kv group 1 of layer 1
         scores.set_layer(layer, [0.001] * query_heads, induction)
     return scores
+
+
+class Documentation(unittest.TestCase):
+    @staticmethod
+    def undocumented():
+        """Public names, and their public members, whose docstring is missing or is only the
+        signature pybind11 generates."""
+        def bare(doc, name):
+            lines = [line for line in (doc or "").strip().splitlines() if line.strip()]
+            return all(line.startswith((name + "(", "Overloaded function")) or line[:2].isdigit()
+                       for line in lines)
+
+        missing = []
+        for name in razorkv.__all__:
+            obj = getattr(razorkv, name)
+            if bare(inspect.getdoc(obj), name):
+                missing.append(name)
+            if not inspect.isclass(obj):
+                continue
+            for klass in obj.__mro__:
+                if not klass.__module__.startswith("razorkv"):
+                    continue
+                for member, value in vars(klass).items():
+                    if member.startswith("_") and member != "__init__":
+                        continue
+                    doc = getattr(value, "__doc__", None)
+                    if not isinstance(value, property) and callable(getattr(obj, member)):
+                        doc = inspect.getdoc(getattr(obj, member))
+                    if bare(doc, member) and f"{name}.{member}" not in missing:
+                        missing.append(f"{name}.{member}")
+        return missing
+
+    def test_every_public_name_and_member_has_a_docstring(self):
+        self.assertEqual(self.undocumented(), [])
 
 
 class Plans(unittest.TestCase):
@@ -340,6 +375,35 @@ class RazorCache(unittest.TestCase):
         out = cache.decode(1, q)
         np.testing.assert_allclose(out, v[0, np.arange(4) // 2, :], atol=1e-3)
 
+    def test_decode_checks_for_nan_unless_told_not_to(self):
+        cache = razorkv.RazorCache(self.plan, "float32", self.config)
+        for layer in range(2):
+            cache.compress_layer(layer, self.keys[layer], self.values[layer])
+        q = rng.standard_normal((4, 16)).astype(np.float32)
+        bad_q = q.copy()
+        bad_q[2, 5] = np.nan
+        with self.assertRaisesRegex(razorkv.Error, "not finite"):
+            cache.decode(0, bad_q)
+        with self.assertRaisesRegex(razorkv.Error, "not finite"):
+            cache.prefill(0, bad_q[None])
+        self.assertTrue(np.isnan(cache.decode(0, bad_q, check_finite=False)[2]).all())
+        k = self.keys[1][:1].copy()
+        k[0, 1, 3] = np.inf
+        # Python's RazorConfig checks what it is handed by default (C++'s does when asked).
+        self.assertTrue(self.config.check_finite)
+        with self.assertRaisesRegex(razorkv.Error, "key \\(inf\\) of token 64 in layer 1 kv head 1 "
+                                    "dim 3 is not finite"):
+            cache.append(1, k, self.values[1][:1])
+        self.assertEqual(cache.num_tokens(1), self.n)
+        unchecked = razorkv.RazorCache(self.plan, "float32", razorkv.RazorConfig(
+            sinks=2, s0=8, c=4.0, check_finite=False))
+        for layer in range(2):
+            unchecked.compress_layer(layer, self.keys[layer], self.values[layer])
+        unchecked.append(1, k, self.values[1][:1])  # the cache now holds it: decode says so
+        with self.assertRaisesRegex(razorkv.Error, "not finite"):
+            unchecked.decode(1, q)
+        self.assertTrue(np.isfinite(unchecked.decode(0, q)).all())
+
     def test_chunked_prefill_holds_what_one_shot_compression_holds(self):
         whole = razorkv.RazorCache(self.plan, "float32", self.config)
         chunked = razorkv.RazorCache(self.plan, "float32", self.config)
@@ -363,8 +427,16 @@ class RazorCache(unittest.TestCase):
         self.assertLess(cache.kv_bytes(), cache.dense_kv_bytes())
         self.assertAlmostEqual(cache.compression_ratio(), cache.kv_bytes() / cache.dense_kv_bytes())
         self.assertGreater(cache.dropped_tokens(), 0)
-        with self.assertRaisesRegex(razorkv.Error, "dtype must be a dtype name .* got a RazorConfig"):
+        with self.assertRaisesRegex(razorkv.Error, "dtype is a RazorConfig; pass it as config="):
             razorkv.RazorCache(self.plan, self.config)
+        # A numpy dtype or type names the dtype as its name does; anything else names itself.
+        self.assertEqual(razorkv.RazorCache(self.plan, np.float16, self.config).dtype, "float16")
+        self.assertEqual(razorkv.RazorCache(self.plan, np.dtype("float64")).dtype, "float64")
+        with self.assertRaisesRegex(razorkv.Error, "RazorCache: dtype \\(dtype\\('int8'\\)\\) is not "
+                                    "one razorkv stores: float32, float64, float16, bfloat16"):
+            razorkv.RazorCache(self.plan, np.dtype("int8"))
+        with self.assertRaisesRegex(razorkv.Error, "dtype must be one of .* got a float"):
+            razorkv.RazorCache(self.plan, 3.5)
         with self.assertRaisesRegex(razorkv.Error, "config must be a RazorConfig or None, got a str"):
             razorkv.RazorCache(self.plan, "float32", "s0=256")
         whole = razorkv.RazorCache(self.plan, "float32")  # S0 = 4,000: this prompt is kept whole
@@ -392,8 +464,12 @@ class RazorCache(unittest.TestCase):
         cache = razorkv.RazorCache(self.plan, "float32", self.config)
         cache.compress_layer(0, self.keys[0], self.values[0])
         before = cache.kv_bytes()
-        with self.assertRaisesRegex(razorkv.Error, "keys has dtype half, expected float"):
+        with self.assertRaisesRegex(razorkv.Error, "compress_layer: keys has dtype float16, "
+                                    "expected float32 \\(the cache's dtype\\)"):
             cache.compress_layer(1, self.keys[1].astype(np.float16), self.values[1])
+        with self.assertRaisesRegex(razorkv.Error, "append: values has dtype float64, expected "
+                                    "float32"):
+            cache.append(0, self.keys[0][:1], self.values[0][:1].astype(np.float64))
         with self.assertRaisesRegex(razorkv.Error, "layer"):
             cache.compress_layer(5, self.keys[1], self.values[1])
         with self.assertRaisesRegex(razorkv.Error, "compensation \\('mean'\\)"):
@@ -686,8 +762,14 @@ class TorchTensors(unittest.TestCase):
     def test_a_tensor_off_the_cpu_or_of_another_dtype_is_an_error(self):
         plan = razorkv.HeadPlan((1, 2, 2, 16))
         cache = razorkv.RazorCache(plan, "bfloat16")
-        with self.assertRaisesRegex(razorkv.Error, "keys has dtype float, expected bfloat16"):
+        with self.assertRaisesRegex(razorkv.Error, "keys has dtype float32, expected bfloat16"):
             cache.compress_layer(0, torch.zeros(8, 2, 16), torch.zeros(8, 2, 16))
+        # torch's dtypes name a cache's dtype as the names do.
+        self.assertEqual(razorkv.RazorCache(plan, torch.bfloat16).dtype, "bfloat16")
+        self.assertEqual(razorkv.RazorCache(plan, dtype=torch.float32).dtype, "float32")
+        with self.assertRaisesRegex(razorkv.Error, "dtype \\(torch.int8\\) is not one razorkv "
+                                    "stores"):
+            razorkv.RazorCache(plan, torch.int8)
         # A "meta" tensor (shape without memory) stands in for a GPU one: no CPU memory to read.
         off_cpu = torch.zeros(8, 2, 16, dtype=torch.bfloat16, device="meta")
         with self.assertRaisesRegex(razorkv.Error, "keys: a meta tensor; razorkv reads CPU memory"):
