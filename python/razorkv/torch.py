@@ -1,10 +1,12 @@
 """razorkv.torch: calibrates a PyTorch model in-process.
 
-The model prefills razorkv's probe once. A forward hook on each attention module takes that
-layer's post-RoPE queries and keys (a function of the module's inputs and output, which the
-caller writes for their model: `qk`) and hands them straight to razorkv's streaming scorer, so
-no layer's tensors outlive its hook, nothing is written to files and no L x L attention matrix
-is formed. Then the retrieval heads are selected as `razorkv select` does.
+The model prefills razorkv's probe once. Each attention module's call is intercepted (its
+`forward`, for that one run), and that layer's post-RoPE queries and keys (a function of the
+module's arguments and output, which the caller writes for their model: `qk`) go straight to
+razorkv's streaming scorer, so no layer's tensors outlive the call, nothing is written to files
+and no L x L attention matrix is formed. Then the retrieval heads are selected as
+`razorkv select` does. Modules called with keyword arguments (as Hugging Face models call
+theirs) hand them to a `qk` that takes a fourth argument.
 
     import razorkv, razorkv.torch
     probe = razorkv.Probe(period=256, repeats=4, vocab_max=vocab_size)
@@ -12,6 +14,8 @@ is formed. Then the retrieval heads are selected as `razorkv select` does.
     plan = razorkv.select(scores, head_dim=head_dim)
     razorkv.save_plan(plan, "plan.json")
 """
+
+import inspect
 
 import torch
 
@@ -36,6 +40,40 @@ def _token_major(x, name, layer):
     return x
 
 
+def _takes_kwargs(qk):
+    """Whether qk is called as qk(module, inputs, output, kwargs)."""
+    try:
+        inspect.signature(qk).bind(None, None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # a callable without a signature: the documented three arguments
+        return False
+    return True
+
+
+def _intercept(module, on_call):
+    """Makes module's calls run on_call(module, args, kwargs, output) after its forward; returns
+    what undoes it. The instance's forward is replaced, not hooked: torch's forward hooks see
+    keyword arguments only from torch 2.0 on, and this sees them on every version."""
+    own = "forward" in vars(module)
+    original = module.forward
+
+    def forward(*args, **kwargs):
+        output = original(*args, **kwargs)
+        on_call(module, args, kwargs, output)
+        return output
+
+    module.forward = forward
+
+    def undo():
+        if own:
+            module.forward = original
+        else:
+            del module.forward
+
+    return undo
+
+
 def score_heads(model, probe, attention_modules, qk, *, scale=None, row_step=1, forward=None):
     """Echo and induction scores of every query head (a razorkv.HeadScores).
 
@@ -44,8 +82,9 @@ def score_heads(model, probe, attention_modules, qk, *, scale=None, row_step=1, 
     attention_modules: the model's attention modules, one per layer, in layer order.
     qk(module, inputs, output) -> (queries, keys): the post-RoPE queries and keys the module
         computed in that forward, [L, heads, head_dim] or [1, heads, L, head_dim]; `inputs` is
-        the tuple of the module's positional arguments. Query head h reads kv head
-        h // (query heads / kv heads).
+        the tuple of the module's positional arguments. A qk that takes a fourth argument,
+        qk(module, inputs, output, kwargs), gets the dict of its keyword arguments too. Query
+        head h reads kv head h // (query heads / kv heads).
     scale: the softmax scale (default 1/sqrt(head_dim)); row_step: score every k-th row.
     forward(model, tokens): runs the model on the probe tokens, int64 [1, L] (default:
         model(tokens)).
@@ -59,19 +98,32 @@ def score_heads(model, probe, attention_modules, qk, *, scale=None, row_step=1, 
                             "attention_modules")
     scored = [None] * len(modules)
 
-    def hook(module, inputs, output):
+    with_kwargs = _takes_kwargs(qk)
+
+    def on_call(module, inputs, kwargs, output):
         layer = layer_of[id(module)]
         if scored[layer] is not None:
             raise razorkv.Error(f"razorkv.torch.score_heads: layer {layer}'s module ran twice "
                                 "during one forward")
-        queries, keys = qk(module, inputs, output)
+        if with_kwargs:
+            queries, keys = qk(module, inputs, output, kwargs)
+        else:
+            try:
+                queries, keys = qk(module, inputs, output)
+            except (TypeError, ValueError, IndexError, KeyError) as e:
+                if not kwargs:
+                    raise
+                raise razorkv.Error(
+                    f"razorkv.torch.score_heads: qk failed on layer {layer} ({e}); the module was "
+                    f"called with keyword arguments ({', '.join(kwargs)}), which a qk taking "
+                    "a fourth argument, qk(module, inputs, output, kwargs), receives") from e
         queries = _token_major(queries, "queries", layer)
         keys = _token_major(keys, "keys", layer)
         echo, induction = razorkv.score_queries_keys(probe, queries, keys, scale=scale,
                                                      row_step=row_step)
         scored[layer] = (queries.shape[1], keys.shape[1], echo, induction)
 
-    handles = [m.register_forward_hook(hook) for m in modules]
+    undo = [_intercept(m, on_call) for m in modules]
     tokens = torch.from_numpy(probe.tokens.copy())[None]
     try:
         with torch.no_grad():
@@ -80,8 +132,8 @@ def score_heads(model, probe, attention_modules, qk, *, scale=None, row_step=1, 
             else:
                 forward(model, tokens)
     finally:
-        for h in handles:
-            h.remove()
+        for u in undo:
+            u()
 
     missing = [i for i, s in enumerate(scored) if s is None]
     if missing:

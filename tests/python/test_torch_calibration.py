@@ -18,7 +18,7 @@ SOURCE = os.environ.get("RAZORKV_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 MODEL_DIR = os.path.join(SOURCE, "examples", "engine", "model")
 sys.path.insert(0, os.path.join(SOURCE, "tools", "train"))
-from model import apply_rope, load_safetensors  # noqa: E402
+from model import apply_rope, load_safetensors, rope_tables  # noqa: E402
 
 
 def post_rope_qk(attn, inputs, output):
@@ -103,6 +103,34 @@ class TrainedModelCalibration(unittest.TestCase):
         np.testing.assert_allclose(scores.induction, self.scores.induction, rtol=0.1, atol=2e-3)
         plan = razorkv.select(scores, head_dim=self.model.cfg.head_dim)
         np.testing.assert_array_equal(plan.retrieval_mask, self.plan.retrieval_mask)
+
+    def test_modules_called_with_keywords_hand_them_to_qk(self):
+        # As Hugging Face models call their attention modules: every argument by keyword.
+        def forward_by_keywords(model, tokens):
+            cos, sin = rope_tables(model.cfg, tokens.shape[1], tokens.device)
+            x = model.embed(tokens)
+            for block in model.blocks:
+                x = x + block.attn(x=block.attn_norm(x), cos=cos, sin=sin)
+                x = x + block.ffn(block.ffn_norm(x))
+            return model.lm_head(model.norm(x))
+
+        def keyword_qk(attn, inputs, output, kwargs):
+            self.assertEqual(inputs, ())
+            return post_rope_qk(attn, (kwargs["x"], kwargs["cos"], kwargs["sin"]), output)
+
+        attention = [b.attn for b in self.model.blocks]
+        scores = razorkv.torch.score_heads(self.model, self.probe, attention, keyword_qk,
+                                           forward=forward_by_keywords)
+        np.testing.assert_array_equal(scores.induction, self.scores.induction)
+        np.testing.assert_array_equal(scores.echo, self.scores.echo)
+        # The modules are as they were: called again, nothing intercepts them.
+        self.assertTrue(all("forward" not in vars(a) for a in attention))
+        # A three-argument qk cannot see them, and the error says what to write instead.
+        with self.assertRaisesRegex(razorkv.Error, "qk failed on layer 0 .* called with keyword "
+                                    "arguments \\(x, cos, sin\\)"):
+            razorkv.torch.score_heads(self.model, self.probe, attention, post_rope_qk,
+                                      forward=forward_by_keywords)
+        self.assertTrue(all("forward" not in vars(a) for a in attention))
 
     def test_a_module_that_never_runs_is_an_error(self):
         stray = torch.nn.Linear(2, 2)
