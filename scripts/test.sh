@@ -10,8 +10,9 @@
 #     CLI's, benchmark and demo smoke runs, and the engine on SmolLM2-135M (fetched by
 #     scripts/get_model.sh) against llama.cpp's committed reference; that every test
 #     docs/guarantees.md cites exists (scripts/check_guarantees.py); `pip install .` into a
-#     fresh virtual environment and the module's tests on what it installed; then valgrind
-#     memcheck on most of those unit tests;
+#     fresh virtual environment, the module's tests on what it installed, and with torch and
+#     transformers razorkv.hf's (on SmolLM2 too); then valgrind memcheck on most of those unit
+#     tests;
 #  2. Clang, C++20, -march=native, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests at
 #     the exhaustive level (randomised sweeps over several seeds);
 #  3. Clang, ThreadSanitizer: the tests that decode and append from several threads at once;
@@ -76,9 +77,10 @@ razorkv_build "$build/gcc" all -DRAZORKV_SMOLLM2_GGUF="$model" -DCMAKE_BUILD_TYP
 python3 "$razorkv_root/scripts/check_guarantees.py" "$build/gcc/ctest_list.txt" \
   || razorkv_fail "docs/guarantees.md cites a test that does not exist (above)"
 
-echo "== razorkv: pip install . into a fresh virtual environment (Debian's Python), the module's tests"
-bash "$razorkv_root/scripts/check_pip_install.sh" /usr/bin/python3 "$build/venv-pip" \
-  || razorkv_fail "pip install . failed its check (above)"
+echo "== razorkv: pip install . into a fresh virtual environment (Debian's Python), the module's tests,"
+echo "   then torch and transformers beside it and razorkv.hf's tests (SmolLM2 through transformers)"
+RAZORKV_SMOLLM2_GGUF="$model" bash "$razorkv_root/scripts/check_pip_install.sh" /usr/bin/python3 \
+  "$build/venv-pip" --hf || razorkv_fail "pip install . failed its check (above)"
 
 echo "== razorkv: valgrind memcheck (the GCC build's cache, decode, compression, policy and io tests)"
 # One suite per core (memcheck runs a program on one thread), the longest first.
