@@ -75,11 +75,11 @@ decltype(auto) with_type(razorkv::dtype type, F&& f) {
   return f(static_cast<Eigen::bfloat16*>(nullptr));
 }
 
+const char* numpy_name(razorkv::dtype type) noexcept;
+
 // A numpy array seen as razorkv's views: in place when its last axis is contiguous and every
 // stride is a non-negative multiple of the element size, else a C-contiguous copy that this
 // object keeps alive.
-const char* numpy_name(razorkv::dtype type) noexcept;
-
 class array_in {
  public:
   array_in(py::array a, const std::string& declared, const char* name, py::ssize_t ndim)

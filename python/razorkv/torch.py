@@ -44,9 +44,7 @@ def _takes_kwargs(qk):
     """Whether qk is called as qk(module, inputs, output, kwargs)."""
     try:
         inspect.signature(qk).bind(None, None, None, None)
-    except TypeError:
-        return False
-    except ValueError:  # a callable without a signature: the documented three arguments
+    except (TypeError, ValueError):  # ValueError: no signature; the documented three arguments
         return False
     return True
 
