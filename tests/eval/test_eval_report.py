@@ -4,7 +4,8 @@
         a run repeated in a later one (a chunked-prefill run repeats every other cache on its
         prompts) is merged once; a razorkv run from before the budget column is at the default
         budget; kvpress's CSV files are gathered; the budget sweep keeps the prompts every budget
-        ran and draws a line per policy; llama.cpp's likelihood rows join razorkv's
+        ran and draws a line per policy; llama.cpp's likelihood rows join razorkv's; and
+        tools/eval/prompts.py keeps the prompts its filters name
     python3 tests/eval/test_eval_report.py tools/eval/report.py --docs-tables DOCS.md CSV_DIR
         every table the report prints from CSV_DIR appears, row for row, in DOCS.md
 Standard library only; prints "report.py: ok".
@@ -12,6 +13,7 @@ Standard library only; prints "report.py: ok".
 import csv
 import importlib.util
 import io
+import json
 import sys
 import tempfile
 from contextlib import redirect_stdout
@@ -125,10 +127,41 @@ def check_docs_tables(report, docs: str, csv_dir: str) -> None:
         assert table in page, f"{docs} lacks this table of the report:\n{table}"
 
 
+def check_prompts(path: str) -> None:
+    """tools/eval/prompts.py, the filter llama_cpp_kv.py and kvpress_eval.py share."""
+    spec = importlib.util.spec_from_file_location("eval_prompts", path)
+    prompts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prompts)
+    lines = [{"length": 1024, "task": "single", "needle": "number"},
+             {"length": 1024, "task": "single", "needle": "uuid"},
+             {"length": 2048, "task": "multikey", "needle": "number"},
+             {"length": 2048, "trial": 0, "prefix": 2048, "ids": [1, 2]}]  # a likelihood trial
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prompts.jsonl"
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+        def kept(*options):
+            import argparse
+            parser = argparse.ArgumentParser()
+            prompts.add_arguments(parser)
+            return prompts.read(str(path), parser.parse_args(list(options)), "test")
+
+        assert kept() == lines
+        assert kept("--lengths", "2048") == lines[2:]
+        assert kept("--needles", "number") == [lines[0], lines[2], lines[3]]
+        assert kept("--tasks", "single", "--lengths", "1024,4096") == lines[:2]
+        try:
+            kept("--lengths", "999")
+            raise AssertionError("no prompt kept is not an error")
+        except SystemExit as e:
+            assert "test: no prompts of lengths [999]" in str(e), str(e)
+
+
 def main() -> None:
     report = load_report(sys.argv[1])
     if sys.argv[2] == "--merge":
         check_merge(report)
+        check_prompts(str(Path(sys.argv[1]).with_name("prompts.py")))
     else:
         check_docs_tables(report, sys.argv[3], sys.argv[4])
     print("report.py: ok")

@@ -22,7 +22,6 @@ fraction equals `keep`; below about 580 document tokens that is impossible and i
 """
 import argparse
 import csv
-import json
 import os
 import sys
 import time
@@ -39,6 +38,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 import kvpress  # noqa: E402
 from kvpress.presses import duo_attention_press  # noqa: E402
+
+import prompts as prompts_file  # noqa: E402  (tools/eval/prompts.py)
 
 DUO_SINKS, DUO_RECENT = 128, 256  # what kvpress's on-the-fly DuoAttention keeps in streaming heads
 
@@ -111,9 +112,7 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("prompts")
     parser.add_argument("out")
-    parser.add_argument("--lengths", default="")
-    parser.add_argument("--tasks", default="")
-    parser.add_argument("--needles", default="")
+    prompts_file.add_arguments(parser)
     parser.add_argument("--presses", default=",".join(PRESSES))
     parser.add_argument("--keep", type=float, default=1.0 / 3.0,
                         help="fraction of the document's K/V each press keeps (razorkv's budget)")
@@ -127,16 +126,7 @@ def main() -> None:
     for p in presses:
         if p not in PRESSES:
             sys.exit(f"kvpress_eval.py: --presses: {p!r} is not one of {', '.join(PRESSES)}")
-    lengths = {int(x) for x in args.lengths.split(",") if x}
-    tasks = {x for x in args.tasks.split(",") if x}
-    needles = {x for x in args.needles.split(",") if x}
-    with open(args.prompts, encoding="utf-8") as f:
-        prompts = [json.loads(line) for line in f]
-    prompts = [p for p in prompts if (not lengths or p["length"] in lengths)
-               and (not tasks or p["task"] in tasks) and (not needles or p["needle"] in needles)]
-    if not prompts:
-        sys.exit(f"kvpress_eval.py: no prompts of lengths {sorted(lengths)}, tasks {sorted(tasks)} "
-                 f"and needles {sorted(needles)} in {args.prompts}")
+    prompts = prompts_file.read(args.prompts, args, "kvpress_eval.py")
 
     torch.set_num_threads(args.threads)
     passages = heldout_passages(args.heldout)

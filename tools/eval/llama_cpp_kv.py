@@ -19,13 +19,14 @@ token as f16), with the cache's bytes and its f16 size.
 """
 import argparse
 import csv
-import json
 import math
 import sys
 import time
 
 import llama_cpp
 import numpy as np
+
+import prompts as prompts_file  # tools/eval/prompts.py
 
 # Bytes per element of each cache type: ggml's blocks of 32 (q8_0: 32 int8 + an f16 scale;
 # q4_0: 16 bytes of nibbles + an f16 scale).
@@ -112,32 +113,19 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("prompts")
     parser.add_argument("out")
-    parser.add_argument("--lengths", default="")
-    parser.add_argument("--tasks", default="")
-    parser.add_argument("--needles", default="")
+    prompts_file.add_arguments(parser)
     parser.add_argument("--caches", default="f16,q8_0,q4_0")
     parser.add_argument("--likelihood", action="store_true",
                         help="PROMPTS is likelihood.jsonl: perplexity and KL, not answers")
     args = parser.parse_args()
-    lengths = {int(x) for x in args.lengths.split(",") if x}
-    tasks = {x for x in args.tasks.split(",") if x}
-    needles = {x for x in args.needles.split(",") if x}
     caches = args.caches.split(",")
     for c in caches:
         if c not in TYPES:
             sys.exit(f"llama_cpp_kv.py: cache type {c!r} is not one of {', '.join(TYPES)}")
-    with open(args.prompts, encoding="utf-8") as f:
-        prompts = [json.loads(line) for line in f]
+    prompts = prompts_file.read(args.prompts, args, "llama_cpp_kv.py")
     if args.likelihood:
-        trials = [t for t in prompts if not lengths or t["length"] in lengths]
-        if not trials:
-            sys.exit(f"llama_cpp_kv.py: no trials of lengths {sorted(lengths)} in {args.prompts}")
-        likelihood(args.model, trials, caches, args.out)
+        likelihood(args.model, prompts, caches, args.out)
         return
-    prompts = [p for p in prompts if (not lengths or p["length"] in lengths)
-               and (not tasks or p["task"] in tasks) and (not needles or p["needle"] in needles)]
-    if not prompts:
-        sys.exit(f"llama_cpp_kv.py: no prompts of lengths {sorted(lengths)} in {args.prompts}")
     n_ctx = max(p["length"] + p["max_answer_tokens"] for p in prompts)
     start = time.time()
     with open(args.out, "w", newline="", encoding="utf-8") as out:
