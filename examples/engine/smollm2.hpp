@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <razorkv/io/gguf.hpp>
+#include <razorkv/io/plan_files.hpp>
 #include <razorkv/razorkv.hpp>
 
 #include "bpe_tokenizer.hpp"
@@ -28,6 +29,13 @@ struct gguf_model {
     return {model::load_gguf(file), bpe_tokenizer::from_gguf(file)};
   }
 };
+
+/// The plan calibrated offline for SmolLM2 (razorkv_smollm2_calibrate wrote it), committed as
+/// examples/engine/smollm2/plan.json beside its scores.json.
+inline razorkv::head_plan smollm2_plan(const std::string& repo_root) {
+  return razorkv::io::parse_head_plan(
+      razorkv::io::read_text_file(repo_root + "/examples/engine/smollm2/plan.json"));
+}
 
 /// The held-out text of the real model's tests and demo: Debian's license texts (GPL-3,
 /// LGPL-2.1, GFDL-1.3, MPL-2.0, Apache-2.0, Artistic, CC0), about 27,500 tokens, stored in

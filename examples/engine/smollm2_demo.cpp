@@ -45,8 +45,7 @@ int main(int argc, char** argv) {
         seconds_since(start));
 
     // The plan calibrated offline (razorkv_trained_calibrate on this file).
-    const razorkv::head_plan plan = razorkv::io::parse_head_plan(
-        razorkv::io::read_text_file(root + "/examples/engine/smollm2/plan.json"));
+    const razorkv::head_plan plan = tiny_llama::smollm2_plan(root);
     plan.validate_against(m.weights.shape());
     std::printf("plan: %lld of %lld kv groups keep their whole cache (14%% induction + 1%% echo)\n",
                 static_cast<long long>(plan.num_retrieval()),

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -60,17 +61,24 @@ template <typename Number>
 Number parse_number(const std::string& option, const std::string& text) {
   std::size_t used = 0;
   Number n{};
+  bool fits = true;
   try {
     if constexpr (std::is_floating_point_v<Number>) {
       n = static_cast<Number>(std::stod(text, &used));
     } else {
-      n = static_cast<Number>(std::stoll(text, &used));
+      const long long wide = std::stoll(text, &used);
+      fits =
+          wide >= std::numeric_limits<Number>::min() && wide <= std::numeric_limits<Number>::max();
+      n = static_cast<Number>(wide);
     }
   } catch (const std::exception&) {
     used = 0;
   }
   RAZORKV_CHECK(used == text.size() && !text.empty(), kInvalidArgument,
                 "razorkv_smollm2_eval: ", option, " (\"", text, "\") is not a number");
+  RAZORKV_CHECK(fits, kInvalidArgument, "razorkv_smollm2_eval: ", option, " (", text,
+                ") is outside [", std::numeric_limits<Number>::min(), ", ",
+                std::numeric_limits<Number>::max(), "]");
   return n;
 }
 
@@ -239,8 +247,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const tiny_llama::gguf_model m = tiny_llama::gguf_model::load(argv[1]);
     const std::string dir = root + "/examples/engine/smollm2";
-    const razorkv::head_plan plan =
-        razorkv::io::parse_head_plan(razorkv::io::read_text_file(dir + "/plan.json"));
+    const razorkv::head_plan plan = tiny_llama::smollm2_plan(root);
     const razorkv::head_scores scores =
         razorkv::io::head_scores_from_json(razorkv::io::read_text_file(dir + "/scores.json"));
     const index_t head_dim = m.weights.cfg().head_dim();

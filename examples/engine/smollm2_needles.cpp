@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const tiny_llama::gguf_model m = tiny_llama::gguf_model::load(argv[1]);
     const std::string dir = root + "/examples/engine/smollm2";
-    const razorkv::head_plan plan =
-        razorkv::io::parse_head_plan(razorkv::io::read_text_file(dir + "/plan.json"));
+    const razorkv::head_plan plan = tiny_llama::smollm2_plan(root);
     const razorkv::head_scores scores =
         razorkv::io::head_scores_from_json(razorkv::io::read_text_file(dir + "/scores.json"));
     razorkv::selection_config more;  // 20% induction + 1% echo of the same scores

@@ -270,8 +270,7 @@ TEST(RazorkvSmolLM2, BatchedDecodeAndChunkedPrefillMatchTheDensePaths) {
 
   const std::vector<int> prompt(ids.begin(), ids.begin() + 200);
   const tiny_llama::prefill_state dense = m.prefill(prompt, false);
-  const razorkv::head_plan plan =
-      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const razorkv::head_plan plan = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
   razorkv::razor_config keep_all;
   keep_all.s0 = 200;
   razorkv::razor_kv_cache<float> cache(plan, keep_all);
@@ -289,8 +288,7 @@ TEST(RazorkvSmolLM2, CalibrationReproducesTheCommittedPlan) {
   const auto committed =
       razorkv::io::head_scores_from_json(razorkv::io::read_text_file(kDir + "/scores.json"));
   const razorkv::head_plan plan = razorkv::select_retrieval_heads(scores, m.cfg().head_dim(), {});
-  const razorkv::head_plan want =
-      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const razorkv::head_plan want = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
   EXPECT_EQ(plan.num_retrieval(), 14);
   for (index_t l = 0; l < m.cfg().num_layers; ++l) {
     EXPECT_EQ(plan.retrieval_heads(l), want.retrieval_heads(l)) << "layer " << l;
@@ -307,8 +305,7 @@ TEST(RazorkvSmolLM2, CalibrationReproducesTheCommittedPlan) {
 // and as StreamingLLM, at the same memory.
 TEST(RazorkvSmolLM2, CalibratedHeadsRecallWhatRandomHeadsAndStreamingLLMMiss) {
   const tiny_llama::gguf_model& m = smollm2();
-  const razorkv::head_plan plan =
-      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const razorkv::head_plan plan = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
   const std::string text = tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR);
   const razorkv::policy policies[] = {
       razorkv::full_policy(), razorkv::razor_policy("razor", plan),
@@ -347,8 +344,7 @@ TEST(RazorkvSmolLM2, CalibratedHeadsRecallWhatRandomHeadsAndStreamingLLMMiss) {
 // the same in the batch as alone (each cache's decode reads only its own K/V).
 TEST(RazorkvSmolLM2, EveryLongContextTaskRunsThroughFullAndRazorInLockstep) {
   const tiny_llama::gguf_model& m = smollm2();
-  const razorkv::head_plan plan =
-      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const razorkv::head_plan plan = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
   const std::vector<int> haystack =
       m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR));
   const auto budget = razorkv::memory_budget::fraction_of_full(1.0 / 3.0);
@@ -399,8 +395,7 @@ TEST(RazorkvSmolLM2, EveryLongContextTaskRunsThroughFullAndRazorInLockstep) {
 // same NLL, razor at a third of the bytes is not.
 TEST(RazorkvSmolLM2, LikelihoodTrialsMeasureKlFromTheFullCache) {
   const tiny_llama::gguf_model& m = smollm2();
-  const razorkv::head_plan plan =
-      razorkv::io::parse_head_plan(razorkv::io::read_text_file(kDir + "/plan.json"));
+  const razorkv::head_plan plan = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
   const std::vector<int> haystack =
       m.tokenizer.tokenize(tiny_llama::smollm2_heldout_text(RAZORKV_SOURCE_DIR));
   const std::vector<int> tokens(haystack.begin() + 2000, haystack.begin() + 2000 + 1024 + 24);
