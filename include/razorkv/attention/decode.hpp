@@ -13,8 +13,8 @@
 #include "razorkv/cache/attention_weights.hpp"
 #include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/config.hpp"
+#include "razorkv/core/parallel_for.hpp"
 #include "razorkv/core/tensor_view.hpp"
-#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 
 RAZORKV_BEGIN_NAMESPACE

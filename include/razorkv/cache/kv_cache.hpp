@@ -94,47 +94,44 @@ struct has_append<C, std::void_t<decltype(std::declval<C&>().append(
                          std::declval<layer_view<const typename C::value_type>>()))>>
     : std::true_type {};
 
-// The optional members of the table above.
-template <class S, class = void>
-struct has_max_new_tokens : std::false_type {};
+// The optional members of the table above, each found by the detection idiom: Member<C> names
+// the call's type, and detected<Member, C> is true_type where that call is well-formed.
+template <class Void, template <class> class Member, class C>
+struct detector : std::false_type {};
+template <template <class> class Member, class C>
+struct detector<std::void_t<Member<C>>, Member, C> : std::true_type {};
+template <template <class> class Member, class C>
+using detected = detector<void, Member, C>;
+
 template <class S>
-struct has_max_new_tokens<S,
-                          std::void_t<decltype(std::declval<const S&>().max_new_tokens(index_t{}))>>
-    : std::true_type {};
-
-template <class S, class = void>
-struct has_num_query_heads : std::false_type {};
+using max_new_tokens_member = decltype(std::declval<const S&>().max_new_tokens(index_t{}));
 template <class S>
-struct has_num_query_heads<S, std::void_t<decltype(std::declval<const S&>().num_query_heads())>>
-    : std::true_type {};
-
-template <class S, class = void>
-struct has_is_compressed : std::false_type {};
+using num_query_heads_member = decltype(std::declval<const S&>().num_query_heads());
 template <class S>
-struct has_is_compressed<S,
-                         std::void_t<decltype(std::declval<const S&>().is_compressed(index_t{}))>>
-    : std::true_type {};
-
-template <class C, class = void>
-struct has_observe_hook : std::false_type {};
+using is_compressed_member = decltype(std::declval<const S&>().is_compressed(index_t{}));
 template <class C>
-struct has_observe_hook<C, std::void_t<decltype(std::declval<C&>().observe(
-                               index_t{}, std::declval<const attention_weights&>()))>>
-    : std::true_type {};
-
-template <class C, class = void>
-struct reports_observation : std::false_type {};
+using observe_member =
+    decltype(std::declval<C&>().observe(index_t{}, std::declval<const attention_weights&>()));
 template <class C>
-struct reports_observation<C, std::void_t<decltype(std::declval<const C&>().observes_attention())>>
-    : std::true_type {};
-
-template <class C, class = void>
-struct has_memory_vocabulary : std::false_type {};
+using observes_attention_member = decltype(std::declval<const C&>().observes_attention());
 template <class C>
-struct has_memory_vocabulary<
-    C, std::void_t<decltype(std::declval<const C&>().entries(index_t{}, index_t{})),
-                   decltype(std::declval<const C&>().kv_bytes()),
-                   decltype(std::declval<const C&>().allocated_bytes())>> : std::true_type {};
+using memory_vocabulary_members =
+    std::void_t<decltype(std::declval<const C&>().entries(index_t{}, index_t{})),
+                decltype(std::declval<const C&>().kv_bytes()),
+                decltype(std::declval<const C&>().allocated_bytes())>;
+
+template <class S>
+using has_max_new_tokens = detected<max_new_tokens_member, S>;
+template <class S>
+using has_num_query_heads = detected<num_query_heads_member, S>;
+template <class S>
+using has_is_compressed = detected<is_compressed_member, S>;
+template <class C>
+using has_observe_hook = detected<observe_member, C>;
+template <class C>
+using reports_observation = detected<observes_attention_member, C>;
+template <class C>
+using has_memory_vocabulary = detected<memory_vocabulary_members, C>;
 
 }  // namespace detail
 
