@@ -709,51 +709,6 @@ prepended. A bad field is a razorkv.Error naming it.)doc")
                              "Whether tokens[0] is a BOS id before the copies.")
       .def("__len__", &razorkv::probe::length, "Tokens in all: P * R, plus one with a BOS.");
 
-  py::class_<razorkv::io::gguf_file>(m, "GgufFile",
-                                     R"doc(A GGUF model file, read and checked at construction.
-
-GgufFile(path). file["general.architecture"] gives a metadata value as a Python value (arrays
-as lists), `key in file` tests for one, keys() lists them; tensor(name) dequantises a tensor
-to float32. A malformed file is a razorkv.Error naming the offset and the field.)doc")
-      .def(py::init([](const std::string& path) {
-             py::gil_scoped_release unlocked;
-             return razorkv::io::gguf_file::read(path);
-           }),
-           py::arg("path"), "Reads and checks the file at `path` (its tensors stay on disk).")
-      .def_property_readonly("version", &razorkv::io::gguf_file::version,
-                             "The GGUF format version (2 or 3).")
-      .def_property_readonly("alignment", &razorkv::io::gguf_file::alignment,
-                             "The tensor data's alignment in bytes.")
-      .def("keys", &razorkv::io::gguf_file::metadata_keys, "The metadata keys, in file order.")
-      .def("__contains__", &razorkv::io::gguf_file::contains, py::arg("key"))
-      .def(
-          "__getitem__",
-          [](const razorkv::io::gguf_file& f, const std::string& key) {
-            if (!f.contains(key)) throw py::key_error(key);
-            return gguf_to_python(f.value(key), key);
-          },
-          py::arg("key"))
-      .def_property_readonly(
-          "tensor_names",
-          [](const razorkv::io::gguf_file& f) {
-            std::vector<std::string> names;
-            for (const auto& t : f.tensors()) names.push_back(t.name);
-            return names;
-          },
-          "The tensors' names, in file order.")
-      .def(
-          "tensor_type",
-          [](const razorkv::io::gguf_file& f, const std::string& name) {
-            return std::string(f.tensor(name).type_name());
-          },
-          py::arg("name"), "The tensor's GGML type, e.g. \"F32\", \"Q4_1\".")
-      .def("tensor", &gguf_tensor_array, py::arg("name"),
-           "The tensor dequantised to a float32 array, its GGUF dimensions reversed (GGUF lists "
-           "the contiguous one first; numpy's C order lists it last).")
-      .def(
-          "plan", [](const razorkv::io::gguf_file& f) { return razorkv::io::plan_from_gguf(f); },
-          "The HeadPlan the file carries under \"razorkv.plan\", or None.");
-
   m.def("_score_queries_keys", &score_queries_keys);
   m.def("_score_probabilities", &score_probabilities);
 
@@ -866,6 +821,52 @@ group of query heads that reads it) is the unit.)doc")
           py::arg("sparsity") = std::nullopt,
           "A plan from text in any format format() writes (\"auto\" recognises it); see "
           "load_plan for shape, threshold and sparsity.");
+
+  // After HeadPlan, so that plan()'s signature names it.
+  py::class_<razorkv::io::gguf_file>(m, "GgufFile",
+                                     R"doc(A GGUF model file, read and checked at construction.
+
+GgufFile(path). file["general.architecture"] gives a metadata value as a Python value (arrays
+as lists), `key in file` tests for one, keys() lists them; tensor(name) dequantises a tensor
+to float32. A malformed file is a razorkv.Error naming the offset and the field.)doc")
+      .def(py::init([](const std::string& path) {
+             py::gil_scoped_release unlocked;
+             return razorkv::io::gguf_file::read(path);
+           }),
+           py::arg("path"), "Reads and checks the file at `path` (its tensors stay on disk).")
+      .def_property_readonly("version", &razorkv::io::gguf_file::version,
+                             "The GGUF format version (2 or 3).")
+      .def_property_readonly("alignment", &razorkv::io::gguf_file::alignment,
+                             "The tensor data's alignment in bytes.")
+      .def("keys", &razorkv::io::gguf_file::metadata_keys, "The metadata keys, in file order.")
+      .def("__contains__", &razorkv::io::gguf_file::contains, py::arg("key"))
+      .def(
+          "__getitem__",
+          [](const razorkv::io::gguf_file& f, const std::string& key) {
+            if (!f.contains(key)) throw py::key_error(key);
+            return gguf_to_python(f.value(key), key);
+          },
+          py::arg("key"))
+      .def_property_readonly(
+          "tensor_names",
+          [](const razorkv::io::gguf_file& f) {
+            std::vector<std::string> names;
+            for (const auto& t : f.tensors()) names.push_back(t.name);
+            return names;
+          },
+          "The tensors' names, in file order.")
+      .def(
+          "tensor_type",
+          [](const razorkv::io::gguf_file& f, const std::string& name) {
+            return std::string(f.tensor(name).type_name());
+          },
+          py::arg("name"), "The tensor's GGML type, e.g. \"F32\", \"Q4_1\".")
+      .def("tensor", &gguf_tensor_array, py::arg("name"),
+           "The tensor dequantised to a float32 array, its GGUF dimensions reversed (GGUF lists "
+           "the contiguous one first; numpy's C order lists it last).")
+      .def(
+          "plan", [](const razorkv::io::gguf_file& f) { return razorkv::io::plan_from_gguf(f); },
+          "The HeadPlan the file carries under \"razorkv.plan\", or None.");
 
   m.def(
       "select",
@@ -1046,6 +1047,8 @@ build maps blocks itself (Linux); elsewhere every block is the heap's.)doc")
       // on Python 3.11); the class's docstring says what it means.
       .attr("maps_blocks") = razorkv::huge_page_resource::maps_blocks();
 
+  // Declared before _RazorCache, so that compress_layer_paged's signature names it.
+  py::class_<py_paged> paged(m, "_PagedKV");
   py::class_<razor_cache>(m, "_RazorCache")
       .def(py::init(&make_razor_cache), py::arg("plan"), py::arg("dtype"), py::arg("config"),
            py::arg("resource") = nullptr, py::keep_alive<1, 5>())
@@ -1151,7 +1154,7 @@ build maps blocks itself (Linux); elsewhere every block is the heap's.)doc")
           py::arg("state"), py::arg("dtype"), py::arg("resource") = nullptr,
           py::arg("max_bytes") = py::none(), py::keep_alive<0, 3>());
 
-  py::class_<py_paged>(m, "_PagedKV")
+  paged
       .def(py::init<std::vector<py::array>, std::vector<py::array>, const std::string&,
                     const py::array&, index_t, const std::string&>(),
            py::arg("key_pools"), py::arg("value_pools"), py::arg("dtype"), py::arg("page_table"),
@@ -1179,6 +1182,14 @@ make one; compress(policy, keys, values, budget_entries=...) applies it to a pro
 policy keeping at most budget_entries entries per kv head on average, so that they compare at
 equal bytes.)doc")
       .def_readonly("name", &razorkv::policy::name, "The policy's name, as reports print it.")
+      .def_property_readonly(
+          "reads_queries",
+          [](const razorkv::policy& p) {
+            return p.target<razorkv::snapkv_policy>() != nullptr ||
+                   p.target<razorkv::h2o_policy>() != nullptr;
+          },
+          "True for the policies that read the prompt's last queries (SnapKV, H2O): compress "
+          "needs them.")
       .def_static(
           "full", [] { return razorkv::policy(razorkv::full_policy()); },
           "Keeps every token (the reference the others are measured against).")
@@ -1220,7 +1231,8 @@ equal bytes.)doc")
              const std::string& name) {
             return razorkv::policy(razorkv::razor_policy(name, plan, config));
           },
-          py::arg("plan"), py::arg("config") = razorkv::razor_config{}, py::arg("name") = "razor",
+          py::arg("plan"), py::arg_v("config", razorkv::razor_config{}, "RazorConfig()"),
+          py::arg("name") = "razor",
           "RazorAttention at the budget: the plan's retrieval heads keep every token, the "
           "others the config's sinks and compensation token and the window that fills "
           "budget_entries per kv head on average; `name` labels it in reports.")

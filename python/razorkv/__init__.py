@@ -6,7 +6,8 @@ the memory calculator, the compressed cache and the baseline policies, on the he
 HugePageResource that an engine keeps as its KV pool, and an engine's paged K/V (PagedKV) read
 in place, to attend over or to compress a prompt from. Arrays are numpy arrays or PyTorch CPU
 tensors, read in place when their layout allows (last axis contiguous); bfloat16 tensors too.
-razorkv.torch calibrates a PyTorch model in-process. GgufFile reads a GGUF model file (metadata,
+razorkv.torch calibrates a PyTorch model in-process; razorkv.hf calibrates a Hugging Face
+transformers model in one call and generates over a razorkv cache. GgufFile reads a GGUF model file (metadata,
 tensors dequantised to float32). Errors are razorkv.Error (a ValueError) with razorkv's message.
 """
 

@@ -13,7 +13,9 @@
 #include <razorkv/io/plan_files.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
@@ -278,6 +280,53 @@ TEST(RazorkvSmolLM2, BatchedDecodeAndChunkedPrefillMatchTheDensePaths) {
   const Eigen::VectorXf want = dense.logits.row(0).transpose();
   EXPECT_LE((chunked - want).cwiseAbs().maxCoeff(), 1e-4f * want.cwiseAbs().maxCoeff());
   EXPECT_EQ(cache.kv_bytes(), cache.dense_kv_bytes());
+}
+
+// The first decode step over a razor cache with the committed plan, after a 600-token prompt
+// whose local heads keep 4 sinks, a compensation token and 120 tokens (s0 = 64, C = 5): its
+// logits are committed (razor_decode_logits.npy), so that razorkv.hf's cache, which runs the
+// same step through transformers (tests/python/test_hf.py), is held to the engine's numbers.
+// RAZORKV_UPDATE_REFERENCE=1 rewrites the file from this engine.
+TEST(RazorkvSmolLM2, RazorDecodeLogitsEqualTheCommittedOnes) {
+  const tiny_llama::model& m = smollm2().weights;
+  const std::vector<int> ids = read_ids("heldout_ids.npy");
+  const std::vector<int> prompt(ids.begin(), ids.begin() + 600);
+  const tiny_llama::prefill_state state = m.prefill(prompt, false);
+  const razorkv::head_plan plan = tiny_llama::smollm2_plan(RAZORKV_SOURCE_DIR);
+  razorkv::razor_config config;
+  config.s0 = 64;
+  razorkv::razor_kv_cache<float> cache(plan, config);
+  for (index_t l = 0; l < m.cfg().num_layers; ++l) {
+    cache.compress_layer(l, state.key_view(l, m.cfg().num_kv_heads),
+                         state.value_view(l, m.cfg().num_kv_heads));
+  }
+  // Every one of the 76 local kv groups folds the 600 - 4 - 120 tokens between its sinks and
+  // its window into its compensation token.
+  ASSERT_EQ(plan.num_retrieval(), 14);
+  EXPECT_EQ(cache.dropped_tokens(), 76 * (600 - 4 - 120));
+  const Eigen::VectorXf logits = m.decode(cache, ids[600], 600);
+
+  const std::string path = kDir + "/razor_decode_logits.npy";
+  const char* update = std::getenv("RAZORKV_UPDATE_REFERENCE");
+  if (update != nullptr && std::string(update) == "1") {
+    // A version 1.0 .npy file: magic, header length, a header padded to 64 bytes, the data.
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                         std::to_string(logits.size()) + ",), }";
+    header.append(63 - (10 + header.size()) % 64, ' ').push_back('\n');
+    std::ofstream out(path, std::ios::binary);
+    const auto length = static_cast<std::uint16_t>(header.size());
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(static_cast<char>(length & 0xff)).put(static_cast<char>(length >> 8));
+    out << header;
+    out.write(
+        reinterpret_cast<const char*>(logits.data()),
+        static_cast<std::streamsize>(sizeof(float) * static_cast<std::size_t>(logits.size())));
+    ASSERT_TRUE(out.good()) << "could not write " << path;
+  }
+  const std::vector<float> want = razorkv::io::read_npy(path).to<float>();
+  ASSERT_EQ(static_cast<index_t>(want.size()), logits.size());
+  const Eigen::Map<const Eigen::VectorXf> committed(want.data(), logits.size());
+  EXPECT_LE((logits - committed).cwiseAbs().maxCoeff(), 1e-4f * committed.cwiseAbs().maxCoeff());
 }
 
 TEST(RazorkvSmolLM2, CalibrationReproducesTheCommittedPlan) {
