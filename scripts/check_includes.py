@@ -13,7 +13,7 @@ import sys
 
 # Lowest first. config.hpp and error.hpp are the base; the umbrellas razorkv.hpp and eval.hpp
 # sit above everything.
-ROOMS = ["base", "core", "detail", "cache", "kernels", "attention", "compress", "policies",
+ROOMS = ["base", "core", "detail", "quant", "cache", "kernels", "attention", "compress", "policies",
          "scoring", "select", "synthetic", "io", "eval", "umbrella"]
 BASE = {"config.hpp", "error.hpp"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"razorkv/([^"]+)"', re.M)

@@ -1,0 +1,179 @@
+// razorkv/quant/row_blocks.hpp: 8-bit and 4-bit K/V rows, stored as blocks of 32 values that
+// share one 16-bit scale (llama.cpp's q8_0 and q4_0 layouts), quantised, dequantised and dotted.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "razorkv/config.hpp"
+#include "razorkv/core/tensor_view.hpp"
+#include "razorkv/error.hpp"
+
+RAZORKV_BEGIN_NAMESPACE
+
+/// How a quantised row stores its values. A row of head_dim values is head_dim / 32 blocks; each
+/// block holds a scale d (IEEE binary16) and 32 integers q, and stands for the values d * q.
+///   kQ8: q in [-127, 127], one byte each: 34 bytes per 32 values (0.53 of a 16-bit row);
+///        d = max|x| / 127, so |x - d q| <= d / 2.
+///   kQ4: q in [-8, 7], two per byte: 18 bytes per 32 values (0.28 of a 16-bit row);
+///        d = -m / 8 for the value m of largest magnitude, which lands exactly on q = -8, so
+///        |x - d q| <= |d| / 2 for every value but the one of opposite sign and the same
+///        magnitude, which clamps to q = 7 (an error of |d|).
+/// Per-block scales follow each row as it is appended (no statistics over tokens are needed),
+/// which is what a cache that grows one token at a time can keep.
+enum class row_format : std::uint8_t { kQ8 = 1, kQ4 = 2 };
+
+/// Values per block; head_dim must be a multiple of it.
+inline constexpr index_t kQuantBlock = 32;
+
+/// "q8" or "q4", for messages and benchmark labels.
+constexpr const char* row_format_name(row_format f) noexcept {
+  return f == row_format::kQ8 ? "q8" : f == row_format::kQ4 ? "q4" : "unknown";
+}
+
+/// Bytes of one block: the 2-byte scale and the packed integers.
+constexpr index_t block_bytes(row_format f) noexcept {
+  return f == row_format::kQ8 ? 2 + kQuantBlock : 2 + kQuantBlock / 2;
+}
+
+/// Bytes of one quantised row of `head_dim` values. Throws kInvalidArgument naming head_dim
+/// unless it is a positive multiple of kQuantBlock.
+inline index_t quantised_row_bytes(row_format f, index_t head_dim) {
+  RAZORKV_CHECK(head_dim > 0 && head_dim % kQuantBlock == 0, kInvalidArgument,
+                "quantised_row_bytes: head_dim (", head_dim, ") must be a positive multiple of ",
+                kQuantBlock, " to be stored as ", row_format_name(f), " blocks");
+  RAZORKV_CHECK(f == row_format::kQ8 || f == row_format::kQ4, kInvalidArgument,
+                "quantised_row_bytes: row format (", static_cast<int>(f), ") is not q8 or q4");
+  return head_dim / kQuantBlock * block_bytes(f);
+}
+
+namespace detail {
+
+// IEEE binary16 from float, rounded to nearest even; the scales of quantised blocks. Finite
+// inputs only (the quantiser checks); overflow saturates to the largest finite half, so that a
+// block of huge values keeps a finite scale (and its values clamp) rather than an infinite one.
+inline std::uint16_t float_to_half_bits(float x) noexcept {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const float mag = std::fabs(x);
+  if (!(mag < 65520.0f)) return static_cast<std::uint16_t>(sign | 0x7bffu);  // >= max half + ulp/2
+  if (mag < 6.103515625e-05f) {  // below the smallest normal half: multiples of 2^-24
+    const auto q = static_cast<std::uint32_t>(std::nearbyint(mag * 16777216.0f));
+    return static_cast<std::uint16_t>(sign | q);  // q == 0x400 is the smallest normal: still right
+  }
+  std::uint32_t m;
+  std::memcpy(&m, &mag, sizeof(m));
+  // Re-bias the exponent (127 -> 15), keep 10 mantissa bits, round the 13 dropped ones to even.
+  const std::uint32_t rounded = m + 0xfffu + ((m >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+inline float half_bits_value(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t mag = h & 0x7fffu;
+  float value;
+  if (mag < 0x400u) {
+    value = static_cast<float>(mag) * 5.9604644775390625e-8f;  // zero and subnormals
+  } else {
+    const std::uint32_t bits = (mag << 13) + (112u << 23);
+    std::memcpy(&value, &bits, sizeof(value));
+  }
+  std::uint32_t out;
+  std::memcpy(&out, &value, sizeof(out));
+  out |= sign;
+  std::memcpy(&value, &out, sizeof(value));
+  return value;
+}
+
+}  // namespace detail
+
+/// Quantises `head_dim` finite values into `row` (quantised_row_bytes(f, head_dim) bytes).
+/// A value that is not finite is an error naming its index; nothing is written then.
+inline void quantise_row(row_format f, const float* values, index_t head_dim, std::uint8_t* row) {
+  quantised_row_bytes(f, head_dim);  // checks head_dim and f
+  for (index_t i = 0; i < head_dim; ++i) {
+    RAZORKV_CHECK(std::isfinite(values[i]), kInvalidArgument, "quantise_row: value ", i, " (",
+                  values[i], ") is not finite");
+  }
+  for (index_t b = 0; b < head_dim / kQuantBlock; ++b) {
+    const float* x = values + b * kQuantBlock;
+    std::uint8_t* out = row + b * block_bytes(f);
+    float extreme = 0;  // q8: the largest magnitude; q4: the value of largest magnitude
+    for (index_t i = 0; i < kQuantBlock; ++i) {
+      if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+    }
+    const std::uint16_t scale_bits = detail::float_to_half_bits(
+        f == row_format::kQ8 ? std::fabs(extreme) / 127.0f : extreme / -8.0f);
+    std::memcpy(out, &scale_bits, 2);
+    // The integers are rounded against the scale as stored, so that d * q is what rounding x
+    // to the stored grid gives.
+    const float d = detail::half_bits_value(scale_bits);
+    const float inverse = d != 0 ? 1.0f / d : 0.0f;
+    if (f == row_format::kQ8) {
+      for (index_t i = 0; i < kQuantBlock; ++i) {
+        const float q = std::nearbyint(x[i] * inverse);
+        out[2 + i] = static_cast<std::uint8_t>(
+            static_cast<std::int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q)));
+      }
+    } else {
+      for (index_t i = 0; i < kQuantBlock / 2; ++i) {
+        const auto nibble = [&](float v) {
+          const float q = std::nearbyint(v * inverse);
+          return static_cast<std::uint8_t>((q > 7.0f ? 7.0f : (q < -8.0f ? -8.0f : q)) + 8.0f);
+        };
+        // Value i in the low nibble of byte i, value i + 16 in its high nibble (llama.cpp's).
+        out[2 + i] =
+            static_cast<std::uint8_t>(nibble(x[i]) | (nibble(x[i + kQuantBlock / 2]) << 4));
+      }
+    }
+  }
+}
+
+/// The `head_dim` values a quantised row stands for, into `values`.
+inline void dequantise_row(row_format f, const std::uint8_t* row, index_t head_dim, float* values) {
+  quantised_row_bytes(f, head_dim);  // checks head_dim and f
+  for (index_t b = 0; b < head_dim / kQuantBlock; ++b) {
+    const std::uint8_t* in = row + b * block_bytes(f);
+    std::uint16_t scale_bits;
+    std::memcpy(&scale_bits, in, 2);
+    const float d = detail::half_bits_value(scale_bits);
+    float* x = values + b * kQuantBlock;
+    if (f == row_format::kQ8) {
+      for (index_t i = 0; i < kQuantBlock; ++i) x[i] = d * static_cast<std::int8_t>(in[2 + i]);
+    } else {
+      for (index_t i = 0; i < kQuantBlock / 2; ++i) {
+        x[i] = d * static_cast<float>((in[2 + i] & 0x0f) - 8);
+        x[i + kQuantBlock / 2] = d * static_cast<float>((in[2 + i] >> 4) - 8);
+      }
+    }
+  }
+}
+
+/// q . row for a quantised row: the scalar reference of the decode kernels' inner product,
+/// accumulated per block and scaled once per block, as they do.
+inline float quantised_dot(row_format f, const float* q, const std::uint8_t* row,
+                           index_t head_dim) {
+  quantised_row_bytes(f, head_dim);
+  float total = 0;
+  for (index_t b = 0; b < head_dim / kQuantBlock; ++b) {
+    const std::uint8_t* in = row + b * block_bytes(f);
+    std::uint16_t scale_bits;
+    std::memcpy(&scale_bits, in, 2);
+    const float* x = q + b * kQuantBlock;
+    float block = 0;
+    if (f == row_format::kQ8) {
+      for (index_t i = 0; i < kQuantBlock; ++i) block += x[i] * static_cast<std::int8_t>(in[2 + i]);
+    } else {
+      for (index_t i = 0; i < kQuantBlock / 2; ++i) {
+        block += x[i] * static_cast<float>((in[2 + i] & 0x0f) - 8) +
+                 x[i + kQuantBlock / 2] * static_cast<float>((in[2 + i] >> 4) - 8);
+      }
+    }
+    total += detail::half_bits_value(scale_bits) * block;
+  }
+  return total;
+}
+
+RAZORKV_END_NAMESPACE
