@@ -158,6 +158,23 @@ class TinyModelsGenerate(unittest.TestCase):
                 self.assertEqual(cache.get_seq_length(), 150 + 7)
                 self.assertEqual(cache.kv_bytes(), cache.dense_kv_bytes())
 
+    def test_half_precision_models_keep_their_dtype(self):
+        for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
+            with self.subTest(dtype=name):
+                model = self.model().to(dtype)
+                model.set_attn_implementation("sdpa")
+                want_ids, want = generate(model, self.ids)
+                plan = razorkv.HeadPlan(razorkv.hf.model_shape(model))
+                for layer in range(2):
+                    for group in range(2):
+                        plan.set_retrieval(layer, group)
+                cache = razorkv.hf.RazorCache(plan, model)
+                got_ids, got = generate(model, self.ids, cache)
+                self.assertEqual(cache.razorkv_cache.dtype, name)
+                torch.testing.assert_close(got_ids, want_ids, rtol=0, atol=0)
+                # Both round each step's output to the model's dtype: a few of its ulps apart.
+                torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=1e-2)
+
     def test_compressed_heads_attend_to_sinks_window_and_the_weighted_mean(self):
         model = self.model()
         plan = razorkv.HeadPlan(razorkv.hf.model_shape(model))
