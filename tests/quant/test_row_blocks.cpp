@@ -1,5 +1,5 @@
 // Tests of the quantised row formats (q8, q4: blocks of 32 values and a binary16 scale) against a
-// double reference: the scale conversion against Eigen's, the error of each value within half a
+// double reference: the scale's saturation, the error of each value within half a
 // step of its block (q4's one clamped value within a step), the inner product against the
 // dequantised row's, the errors; and of the Walsh-Hadamard rotation against the explicit matrix.
 #include <gtest/gtest.h>
@@ -21,44 +21,18 @@ using razorkv::row_format;
 
 constexpr row_format kFormats[] = {row_format::kQ8, row_format::kQ4};
 
-std::uint16_t eigen_half_bits(float x) {
-  const Eigen::half h(x);
-  std::uint16_t bits;
-  std::memcpy(&bits, &h, sizeof(bits));
-  return bits;
-}
-
 float block_scale(row_format f, const std::uint8_t* row, index_t block) {
   std::uint16_t bits;
   std::memcpy(&bits, row + block * razorkv::block_bytes(f), 2);
   return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
 }
 
-TEST(QuantRowBlocks, ScalesRoundToHalfAsEigenDoes) {
-  // Every finite half and the midpoints between neighbours (ties to even), then random floats.
-  for (std::uint32_t b = 0; b < 0x7c00u; ++b) {
-    const auto h = static_cast<std::uint16_t>(b);
-    const float value = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h));
-    ASSERT_EQ(razorkv::detail::half_bits_value(h), value) << b;
-    ASSERT_EQ(razorkv::detail::float_to_half_bits(value), h) << b;
-    ASSERT_EQ(razorkv::detail::float_to_half_bits(-value), h | 0x8000u) << b;
-    if (b + 1 < 0x7c00u) {
-      const float next = static_cast<float>(
-          Eigen::numext::bit_cast<Eigen::half>(static_cast<std::uint16_t>(b + 1)));
-      const float mid = value + (next - value) / 2;
-      ASSERT_EQ(razorkv::detail::float_to_half_bits(mid), eigen_half_bits(mid)) << b;
-    }
-  }
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> exponent(-30, 17);
-  for (int i = 0; i < 200000; ++i) {
-    const float x = std::ldexp(1.0f + std::generate_canonical<float, 24>(rng), exponent(rng));
-    if (x >= 65520.0f) continue;  // Eigen's infinity, a saturated scale here (below)
-    ASSERT_EQ(razorkv::detail::float_to_half_bits(x), eigen_half_bits(x)) << x;
-  }
-  // Beyond the largest half, a scale saturates to it rather than becoming infinite.
+TEST(QuantRowBlocks, ScalesSaturateWhereAHalfWouldBeInfinite) {
   EXPECT_EQ(razorkv::detail::float_to_half_bits(1e30f), 0x7bffu);
   EXPECT_EQ(razorkv::detail::float_to_half_bits(-65520.0f), 0xfbffu);
+  EXPECT_EQ(razorkv::detail::float_to_half_bits(65504.0f), 0x7bffu);
+  EXPECT_EQ(razorkv::detail::float_to_half_bits(1.0f), 0x3c00u);
+  EXPECT_EQ(razorkv::detail::half_bits_value(0x3c00u), 1.0f);
 }
 
 TEST(QuantRowBlocks, EveryValueIsWithinHalfAStepOfItsBlock) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <Eigen/Core>
+
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
@@ -50,41 +52,18 @@ inline index_t quantised_row_bytes(row_format f, index_t head_dim) {
 
 namespace detail {
 
-// IEEE binary16 from float, rounded to nearest even; the scales of quantised blocks. Finite
-// inputs only (the quantiser checks); overflow saturates to the largest finite half, so that a
-// block of huge values keeps a finite scale (and its values clamp) rather than an infinite one.
+// The binary16 scale of a block, rounded to nearest even as Eigen::half rounds; beyond the
+// largest half it saturates to it, so that a block of huge values keeps a finite scale (and its
+// values clamp) rather than an infinite one.
 inline std::uint16_t float_to_half_bits(float x) noexcept {
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  const std::uint32_t sign = (bits >> 16) & 0x8000u;
-  const float mag = std::fabs(x);
-  if (!(mag < 65520.0f)) return static_cast<std::uint16_t>(sign | 0x7bffu);  // >= max half + ulp/2
-  if (mag < 6.103515625e-05f) {  // below the smallest normal half: multiples of 2^-24
-    const auto q = static_cast<std::uint32_t>(std::nearbyint(mag * 16777216.0f));
-    return static_cast<std::uint16_t>(sign | q);  // q == 0x400 is the smallest normal: still right
-  }
-  std::uint32_t m;
-  std::memcpy(&m, &mag, sizeof(m));
-  // Re-bias the exponent (127 -> 15), keep 10 mantissa bits, round the 13 dropped ones to even.
-  const std::uint32_t rounded = m + 0xfffu + ((m >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+  const Eigen::half h(x);
+  const auto bits = Eigen::numext::bit_cast<std::uint16_t>(h);
+  return (bits & 0x7fffu) == 0x7c00u ? static_cast<std::uint16_t>((bits & 0x8000u) | 0x7bffu)
+                                     : bits;
 }
 
 inline float half_bits_value(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t mag = h & 0x7fffu;
-  float value;
-  if (mag < 0x400u) {
-    value = static_cast<float>(mag) * 5.9604644775390625e-8f;  // zero and subnormals
-  } else {
-    const std::uint32_t bits = (mag << 13) + (112u << 23);
-    std::memcpy(&value, &bits, sizeof(value));
-  }
-  std::uint32_t out;
-  std::memcpy(&out, &value, sizeof(out));
-  out |= sign;
-  std::memcpy(&value, &out, sizeof(value));
-  return value;
+  return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h));
 }
 
 }  // namespace detail
