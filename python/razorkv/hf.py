@@ -274,7 +274,7 @@ class RazorCache(Cache):
         """Bytes the same tokens take in a dense cache of the model's dtype (every head
         whole): what transformers' DynamicCache would hold."""
         _, _, kv_heads, head_dim = self._shape
-        size = torch.empty((), dtype=self._dtype).element_size() if self._dtype else 0
+        size = self._dtype.itemsize if self._dtype else 0
         return sum(self._tokens) * kv_heads * head_dim * 2 * size
 
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):

@@ -81,6 +81,15 @@ class TinyModels(unittest.TestCase):
             razorkv.hf.calibrate(model)
 
 
+def every_head(shape):
+    """A plan for `shape` that keeps every kv group whole."""
+    plan = razorkv.HeadPlan(shape)
+    for layer in range(shape[0]):
+        for group in range(shape[2]):
+            plan.set_retrieval(layer, group)
+    return plan
+
+
 def generate(model, ids, cache=None, steps=8):
     """Greedy generation: (tokens, [steps, vocab] logits)."""
     with torch.no_grad():
@@ -124,10 +133,15 @@ def kept_attention(is_retrieval, sinks, window_start, compensation):
 
 def reference_generation(model, ids, attention, steps=8):
     """generate() with a DynamicCache and `attention` as the model's attention function."""
+    use_reference(model, attention)
+    return generate(model, ids, steps=steps)
+
+
+def use_reference(model, attention):
+    """Makes `attention` the model's attention function (as "razor_reference")."""
     transformers.AttentionInterface.register("razor_reference", attention)
     transformers.AttentionMaskInterface.register("razor_reference", sdpa_mask)
     model.set_attn_implementation("razor_reference")
-    return generate(model, ids, steps=steps)
 
 
 class TinyModelsGenerate(unittest.TestCase):
@@ -146,10 +160,7 @@ class TinyModelsGenerate(unittest.TestCase):
                 model = self.model(family)
                 model.set_attn_implementation("sdpa")
                 want_ids, want = generate(model, self.ids)
-                plan = razorkv.HeadPlan(razorkv.hf.model_shape(model))
-                for layer in range(2):
-                    for group in range(2):
-                        plan.set_retrieval(layer, group)
+                plan = every_head(razorkv.hf.model_shape(model))
                 cache = razorkv.hf.RazorCache(plan, model.config)  # the config switches too
                 got_ids, got = generate(model, self.ids, cache)
                 torch.testing.assert_close(got_ids, want_ids, rtol=0, atol=0)
@@ -164,10 +175,7 @@ class TinyModelsGenerate(unittest.TestCase):
                 model = self.model().to(dtype)
                 model.set_attn_implementation("sdpa")
                 want_ids, want = generate(model, self.ids)
-                plan = razorkv.HeadPlan(razorkv.hf.model_shape(model))
-                for layer in range(2):
-                    for group in range(2):
-                        plan.set_retrieval(layer, group)
+                plan = every_head(razorkv.hf.model_shape(model))
                 cache = razorkv.hf.RazorCache(plan, model)
                 got_ids, got = generate(model, self.ids, cache)
                 self.assertEqual(cache.razorkv_cache.dtype, name)
@@ -215,15 +223,12 @@ class TinyModelsGenerate(unittest.TestCase):
         model = self.model()
         plan = razorkv.HeadPlan(razorkv.hf.model_shape(model))
         config = razorkv.RazorConfig(sinks=4, s0=40, c=5)
-        attention = kept_attention(plan.is_retrieval, 4, lambda n: 150 - 40, True)
-        transformers.AttentionInterface.register("razor_reference", attention)
-        transformers.AttentionMaskInterface.register("razor_reference", sdpa_mask)
         cache = razorkv.hf.RazorCache(plan, model, config=config)
         more = torch.randint(0, 300, (1, 5))
         with torch.no_grad():
             model(self.ids, past_key_values=cache)
             together = model(more, past_key_values=cache).logits[0]
-            model.set_attn_implementation("razor_reference")
+            use_reference(model, kept_attention(plan.is_retrieval, 4, lambda n: 150 - 40, True))
             reference = transformers.DynamicCache()
             model(self.ids, past_key_values=reference)
             one_by_one = torch.cat([model(more[:, i:i + 1], past_key_values=reference).logits[0]
@@ -285,10 +290,7 @@ class SmolLM2(unittest.TestCase):
         model, prompt = self.model, self.ids[None, :300]
         model.set_attn_implementation("sdpa")
         want_ids, want = generate(model, prompt)
-        plan = razorkv.HeadPlan(self.plan.shape)
-        for layer in range(plan.shape[0]):
-            for group in range(plan.shape[2]):
-                plan.set_retrieval(layer, group)
+        plan = every_head(self.plan.shape)
         got_ids, got = generate(model, prompt, razorkv.hf.RazorCache(plan, model))
         torch.testing.assert_close(got_ids, want_ids, rtol=0, atol=0)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
