@@ -148,6 +148,15 @@ void BM_Decode_Razorkv(benchmark::State& state) {
   time_decode(state, layer_cache<T>(tokens), state.range(1), unique_kv_bytes<T>(tokens));
 }
 
+// razorkv's decode kernel over 8-bit (q8) or 4-bit (q4) rows: the layer of BM_Decode_Razorkv
+// with every key and value row stored in the format's blocks of 32 values and a binary16 scale,
+// dequantised in registers as they are read. Bytes are the blocks' (0.53 and 0.28 of a half row).
+template <razorkv::row_format F>
+void BM_Decode_Razorkv_Quantised(benchmark::State& state) {
+  const auto& cache = layer_cache<Eigen::half>(state.range(0), F);
+  time_decode(state, cache, state.range(1), cache.kv_bytes());
+}
+
 // razorkv's decode kernel with the layer in the caches: 1K tokens (8 MiB of float K/V, a quarter
 // of this class of server's last-level cache) read again every iteration. The rate of the
 // kernel's arithmetic and cache traffic, to set against the cold cases: a shape whose in-cache
@@ -352,6 +361,8 @@ BENCHMARK_TEMPLATE(BM_Decode_PlainEigen, Eigen::bfloat16)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::half)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Razorkv, Eigen::bfloat16)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv_Quantised, razorkv::row_format::kQ8)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Razorkv_Quantised, razorkv::row_format::kQ4)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_InCache, float)->Apply(in_cache_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_InCache, Eigen::half)->Apply(in_cache_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_InCache, Eigen::bfloat16)->Apply(in_cache_shapes);

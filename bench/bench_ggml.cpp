@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,28 +29,50 @@ constexpr ggml_type ggml_type_of() {
   if constexpr (std::is_same_v<T, Eigen::bfloat16>) return GGML_TYPE_BF16;
 }
 
+// A head's keys or values as ggml sees them: its first byte, rows, bytes from row to row.
+struct head_memory {
+  const std::uint8_t* data;
+  index_t rows, row_bytes;
+};
+
+template <class T>
+head_memory head_of(const razorkv::kv_rows<T>& rows) {
+  if (rows.is_quantised()) {
+    const razorkv::quantised_rows& q = rows.quantised();
+    return {q.data, q.rows, q.stride};
+  }
+  const razorkv::matrix_view<const T>& typed = rows.typed();
+  return {reinterpret_cast<const std::uint8_t*>(typed.data()), typed.rows(),
+          typed.row_stride() * static_cast<index_t>(sizeof(T))};
+}
+
 // ggml's [head_dim, tokens, kv_heads] view of the cache's keys or values, over the cache's own
-// memory (no copy, so both kernels read the same pages). Null when the heads are not one
-// equally strided block, which ggml's tensors need.
+// memory (no copy, so both kernels read the same pages; razorkv's q8 and q4 blocks are ggml's
+// Q8_0 and Q4_0 byte for byte). Null when the heads are not one equally strided block, which
+// ggml's tensors need.
 template <class T>
 ggml_tensor* wrap_cache(ggml_context* ctx, const razorkv::dense_kv_cache<T>& cache, bool keys) {
   const auto head = [&](index_t h) {
     const razorkv::kv_span<T> span = cache.span(0, h, 0);
-    return keys ? span.keys : span.values;
+    return head_of(keys ? span.keys : span.values);
   };
-  const razorkv::matrix_view<const T> first = head(0);
-  const index_t head_stride = kKvHeads > 1 ? head(1).data() - first.data() : 0;
+  const head_memory first = head(0);
+  const index_t head_stride = kKvHeads > 1 ? head(1).data - first.data : 0;
   for (index_t h = 0; h < kKvHeads; ++h) {
-    if (cache.num_spans(0, h) != 1 || head(h).data() != first.data() + h * head_stride ||
-        head(h).row_stride() != first.row_stride())
+    if (cache.num_spans(0, h) != 1 || head(h).data != first.data + h * head_stride ||
+        head(h).row_bytes != first.row_bytes)
       return nullptr;
   }
-  ggml_tensor* t = ggml_new_tensor_3d(ctx, ggml_type_of<T>(), kHeadDim, first.rows(), kKvHeads);
-  const std::size_t element = sizeof(T);
-  t->nb[1] = static_cast<std::size_t>(first.row_stride()) * element;
-  t->nb[2] = static_cast<std::size_t>(head_stride) * element;
+  const std::optional<razorkv::row_format> format =
+      keys ? cache.storage().keys : cache.storage().values;
+  const ggml_type type = !format                               ? ggml_type_of<T>()
+                         : *format == razorkv::row_format::kQ8 ? GGML_TYPE_Q8_0
+                                                               : GGML_TYPE_Q4_0;
+  ggml_tensor* t = ggml_new_tensor_3d(ctx, type, kHeadDim, first.rows, kKvHeads);
+  t->nb[1] = static_cast<std::size_t>(first.row_bytes);
+  t->nb[2] = static_cast<std::size_t>(head_stride);
   t->nb[3] = t->nb[2] * kKvHeads;
-  t->data = const_cast<T*>(first.data());
+  t->data = const_cast<std::uint8_t*>(first.data);
   return t;
 }
 
@@ -58,11 +81,12 @@ ggml_tensor* wrap_cache(ggml_context* ctx, const razorkv::dense_kv_cache<T>& cac
 // own thread pool, with as many threads as razorkv's cases use (OMP_NUM_THREADS). The first
 // iteration's output is checked against razorkv's decode of the same queries, so that the two
 // figures time the same attention.
+// With a row format, the layer's rows are all in its blocks (ggml's Q8_0 or Q4_0).
 template <class T>
-void BM_Decode_Ggml(benchmark::State& state) {
+void time_ggml_decode(benchmark::State& state, std::optional<razorkv::row_format> format) {
   const index_t tokens = state.range(0), group = state.range(1);
   const index_t query_heads = kKvHeads * group;
-  const auto& cache = layer_cache<T>(tokens);
+  const auto& cache = layer_cache<T>(tokens, format);
   std::vector<float> queries = make_queries(query_heads);
 
   ggml_init_params params{};
@@ -110,7 +134,9 @@ void BM_Decode_Ggml(benchmark::State& state) {
   // ggml rounds the queries to the cache's 16-bit type before its dot products, and sums half
   // values in half (its VKQ16 accumulator): measured 5e-4 of the largest output in bfloat16 and up
   // to 4e-2 in half. A wrong layout or head mapping is off by the whole output.
-  const float tolerance = std::is_same_v<T, float>         ? 1e-4f
+  // With Q8_0 or Q4_0 keys it rounds the queries to Q8_0 blocks too.
+  const float tolerance = format                           ? 1e-1f
+                          : std::is_same_v<T, float>       ? 1e-4f
                           : std::is_same_v<T, Eigen::half> ? 1e-1f
                                                            : 1e-2f;
   if (!(difference <= tolerance * largest)) {
@@ -123,7 +149,7 @@ void BM_Decode_Ggml(benchmark::State& state) {
       benchmark::DoNotOptimize(out.data());
       benchmark::ClobberMemory();
     }
-    state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
+    state.SetBytesProcessed(state.iterations() * cache.kv_bytes());
     state.counters["threads"] = threads();
     state.counters["relative_difference"] = difference / largest;
   }
@@ -131,8 +157,22 @@ void BM_Decode_Ggml(benchmark::State& state) {
   ggml_free(ctx);
 }
 
+template <class T>
+void BM_Decode_Ggml(benchmark::State& state) {
+  time_ggml_decode<T>(state, std::nullopt);
+}
+
+// ggml's flash attention over llama.cpp's own q8_0 and q4_0 caches: the memory of
+// BM_Decode_Razorkv_Quantised's layer, whose blocks are ggml's.
+template <razorkv::row_format F>
+void BM_Decode_Ggml_Quantised(benchmark::State& state) {
+  time_ggml_decode<Eigen::half>(state, F);
+}
+
 BENCHMARK_TEMPLATE(BM_Decode_Ggml, float)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Ggml, Eigen::half)->Apply(decode_shapes);
 BENCHMARK_TEMPLATE(BM_Decode_Ggml, Eigen::bfloat16)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Ggml_Quantised, razorkv::row_format::kQ8)->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(BM_Decode_Ggml_Quantised, razorkv::row_format::kQ4)->Apply(decode_shapes);
 
 }  // namespace

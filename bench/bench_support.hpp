@@ -1,6 +1,6 @@
 // bench/bench_support.hpp: what razorkv's benchmarks share: the Llama-3-8B-like layer shape, a
-// fast deterministic fill, one prefilled layer per (dtype, tokens), the decode shapes and the
-// thread count.
+// fast deterministic fill, one prefilled layer per (dtype, tokens, storage), the decode shapes and
+// the thread count.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -36,13 +38,17 @@ struct xorshift {
   }
 };
 
-// One layer holding `tokens` tokens, built once per (dtype, tokens) and shared by all cases.
+// One layer holding `tokens` tokens, built once per (dtype, tokens, storage) and shared by all
+// cases: rows of T, or (with a row format) every key and value row in that format's blocks.
 template <class T>
-inline const razorkv::dense_kv_cache<T>& layer_cache(index_t tokens) {
-  static std::map<index_t, std::unique_ptr<razorkv::dense_kv_cache<T>>> caches;
-  auto& slot = caches[tokens];
+inline const razorkv::dense_kv_cache<T>& layer_cache(
+    index_t tokens, std::optional<razorkv::row_format> format = std::nullopt) {
+  static std::map<std::pair<index_t, int>, std::unique_ptr<razorkv::dense_kv_cache<T>>> caches;
+  auto& slot = caches[{tokens, format ? static_cast<int>(*format) : 0}];
   if (!slot) {
-    slot = std::make_unique<razorkv::dense_kv_cache<T>>(1, kKvHeads, kHeadDim, tokens);
+    const razorkv::kv_storage storage{format, format, false};
+    slot = std::make_unique<razorkv::dense_kv_cache<T>>(1, kKvHeads, kHeadDim, tokens, nullptr,
+                                                        storage);
     xorshift rng{0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(tokens)};
     const index_t chunk = 4096;
     std::vector<T> keys(static_cast<std::size_t>(chunk * kKvHeads * kHeadDim)), values(keys.size());

@@ -177,7 +177,7 @@ TEST(Allocations, AGrowingHeadChainsBlocksAndNeverMovesWhatItHolds) {
     std::vector<const float*> rows;
     for (index_t h = 0; h < kKvHeads; ++h) {
       for (index_t s = 0; s < spans[static_cast<std::size_t>(h)]; ++s)
-        rows.push_back(cache.span(0, h, s).keys.data());
+        rows.push_back(cache.span(0, h, s).keys.typed().data());
     }
     return rows;
   };

@@ -305,8 +305,8 @@ TEST(ThreadedCompress, CompressionOnAPoolEqualsSerialBitForBit) {
         EXPECT_EQ(x.log_weight, y.log_weight);
         for (index_t r = 0; r < x.length(); ++r) {
           for (index_t d = 0; d < kDim; ++d) {
-            ASSERT_EQ(x.keys(r, d), y.keys(r, d));
-            ASSERT_EQ(x.values(r, d), y.values(r, d));
+            ASSERT_EQ(x.keys.typed()(r, d), y.keys.typed()(r, d));
+            ASSERT_EQ(x.values.typed()(r, d), y.values.typed()(r, d));
           }
         }
       }

@@ -45,8 +45,9 @@ void expect_holds(const dense_kv_cache<T>& cache, index_t layer, index_t tokens)
     EXPECT_EQ(span.log_weight, 0.0f);
     for (index_t t = 0; t < tokens; ++t)
       for (index_t d = 0; d < cache.head_dim(); ++d) {
-        ASSERT_EQ(static_cast<float>(span.keys(t, d)), tag(t, h, d)) << "t " << t << " h " << h;
-        ASSERT_EQ(static_cast<float>(span.values(t, d)), -tag(t, h, d));
+        ASSERT_EQ(static_cast<float>(span.keys.typed()(t, d)), tag(t, h, d))
+            << "t " << t << " h " << h;
+        ASSERT_EQ(static_cast<float>(span.values.typed()(t, d)), -tag(t, h, d));
       }
   }
 }
@@ -100,8 +101,8 @@ TYPED_TEST(RazorkvDenseCache, AppendsFromHndAndPaddedSources) {
   copy.append(0, copy.keys(0), copy.values(0));  // in place while reading itself
   ASSERT_EQ(copy.num_tokens(0), 4 * tokens);
   for (index_t t = 0; t < 4 * tokens; ++t) {
-    EXPECT_EQ(static_cast<float>(copy.span(0, 1, 0).keys(t, 2)), tag(t % tokens, 1, 2));
-    EXPECT_EQ(static_cast<float>(copy.span(0, 0, 0).values(t, 3)), -tag(t % tokens, 0, 3));
+    EXPECT_EQ(static_cast<float>(copy.span(0, 1, 0).keys.typed()(t, 2)), tag(t % tokens, 1, 2));
+    EXPECT_EQ(static_cast<float>(copy.span(0, 0, 0).values.typed()(t, 3)), -tag(t % tokens, 0, 3));
   }
 }
 

@@ -168,10 +168,10 @@ TYPED_TEST(PagedViewTest, RazorCompressionFromPagesEqualsCompressionFromTheDense
           EXPECT_EQ(a.log_weight, b.log_weight);
           for (index_t r = 0; r < a.length(); ++r) {
             for (index_t c = 0; c < 32; ++c) {
-              EXPECT_EQ(razorkv_test::to_double(a.keys(r, c)),
-                        razorkv_test::to_double(b.keys(r, c)));
-              EXPECT_EQ(razorkv_test::to_double(a.values(r, c)),
-                        razorkv_test::to_double(b.values(r, c)));
+              EXPECT_EQ(razorkv_test::to_double(a.keys.typed()(r, c)),
+                        razorkv_test::to_double(b.keys.typed()(r, c)));
+              EXPECT_EQ(razorkv_test::to_double(a.values.typed()(r, c)),
+                        razorkv_test::to_double(b.values.typed()(r, c)));
             }
           }
         }

@@ -77,8 +77,8 @@ std::vector<entry> entries_of(const Cache& cache, index_t layer, index_t h) {
     for (index_t r = 0; r < span.length(); ++r) {
       entry e{{}, {}, span.log_weight};
       for (index_t c = 0; c < cache.head_dim(); ++c) {
-        e.key.push_back(to_double(span.keys(r, c)));
-        e.value.push_back(to_double(span.values(r, c)));
+        e.key.push_back(to_double(span.keys.typed()(r, c)));
+        e.value.push_back(to_double(span.values.typed()(r, c)));
       }
       out.push_back(std::move(e));
     }

@@ -51,7 +51,7 @@ struct fixture {
     for (index_t h = 0; h < kHeads; ++h) {
       const auto span = dense.span(0, h, 0);
       for (index_t t = 0; t < span.length(); ++t)
-        all.insert(all.end(), span.keys.row(t), span.keys.row(t) + kDim);
+        all.insert(all.end(), span.keys.typed().row(t), span.keys.typed().row(t) + kDim);
     }
     return all;
   }

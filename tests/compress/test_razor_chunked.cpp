@@ -80,8 +80,8 @@ std::vector<std::uint64_t> head_bits(const razor_kv_cache<T>& cache, index_t h, 
     for (index_t r = 0; r < span.length(); ++r) {
       push(span.log_weight);
       for (index_t c = 0; c < kDim; ++c) {
-        push(razorkv::detail::to_double(span.keys(r, c)));
-        push(razorkv::detail::to_double(span.values(r, c)));
+        push(razorkv::detail::to_double(span.keys.typed()(r, c)));
+        push(razorkv::detail::to_double(span.values.typed()(r, c)));
       }
     }
   }

@@ -59,7 +59,7 @@ TEST(RazorkvH2o, HandWorkedPromptAndDecode) {
   for (index_t s = 0; s < cache.num_spans(0, 0); ++s) {
     const razorkv::kv_span<float> span = cache.span(0, 0, s);
     for (index_t r = 0; r < span.length(); ++r)
-      seen.push_back(static_cast<index_t>(span.keys(r, 0)) / dim);
+      seen.push_back(static_cast<index_t>(span.keys.typed()(r, 0)) / dim);
   }
   EXPECT_EQ(seen, (std::vector<index_t>{0, 4, 6, 7}));
   EXPECT_EQ(cache.num_tokens(0), 8);
@@ -93,7 +93,7 @@ TEST(RazorkvH2o, ObserveAddsExactlyTheDecodeSoftmax) {
           for (index_t r = 0; r < span.length(); ++r) {
             double dot = 0;
             for (index_t c = 0; c < dim; ++c)
-              dot += static_cast<double>(q.token(t)(qh, c)) * span.keys(r, c);
+              dot += static_cast<double>(q.token(t)(qh, c)) * span.keys.typed()(r, c);
             logits.push_back(dot / 4.0);
           }
         }

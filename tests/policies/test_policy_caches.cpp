@@ -31,9 +31,9 @@ void expect_rows_of_positions(const Cache& cache, index_t kv_head,
     for (index_t r = 0; r < span.length(); ++r, ++e) {
       const index_t p = positions[static_cast<std::size_t>(e)];
       for (index_t c = 0; c < keys.head_dim(); ++c) {
-        ASSERT_EQ(razorkv_test::to_double(span.keys(r, c)),
+        ASSERT_EQ(razorkv_test::to_double(span.keys.typed()(r, c)),
                   razorkv_test::to_double(keys.token(p)(kv_head, c)));
-        ASSERT_EQ(razorkv_test::to_double(span.values(r, c)),
+        ASSERT_EQ(razorkv_test::to_double(span.values.typed()(r, c)),
                   razorkv_test::to_double(values.token(p)(kv_head, c)));
       }
     }

@@ -83,8 +83,8 @@ TEST(RazorkvSnapkv, AGroupVotesTogetherAndItsKvHeadIsStoredOnce) {
     for (index_t e = 0; e < span.length(); ++e) {
       const index_t p = cache.positions(0, h)[static_cast<std::size_t>(e)];
       for (index_t c = 0; c < dim; ++c) {
-        EXPECT_EQ(span.keys(e, c), k.token(p)(h, c));
-        EXPECT_EQ(span.values(e, c), v.token(p)(h, c));
+        EXPECT_EQ(span.keys.typed()(e, c), k.token(p)(h, c));
+        EXPECT_EQ(span.values.typed()(e, c), v.token(p)(h, c));
       }
     }
   }

@@ -158,8 +158,8 @@ std::vector<unsigned char> source_snapshot(const S& source) {
         put(&rows, sizeof rows);
         put(&span.log_weight, sizeof span.log_weight);
         for (index_t r = 0; r < rows; ++r) {
-          put(&span.keys(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
-          put(&span.values(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
+          put(&span.keys.typed()(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
+          put(&span.values.typed()(r, 0), sizeof(T) * static_cast<std::size_t>(source.head_dim()));
         }
       }
     }

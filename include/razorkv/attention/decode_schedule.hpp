@@ -22,6 +22,7 @@
 #include "razorkv/error.hpp"
 #include "razorkv/kernels/kernel_set.hpp"
 #include "razorkv/kernels/softmax.hpp"
+#include "razorkv/quant/hadamard.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
@@ -57,6 +58,7 @@ struct decode_work {
   layer_view<TO> out;  // [tokens, num_query_heads, head_dim]
   attention_weights* weights = nullptr;  // filled with the step's probabilities when non-null
   index_t tokens = 0, group = 0, per_head = 0;
+  bool quantised = false;  // some span holds quantised rows: the kernels need their scratch
 
   // Entries query vector j of kv head h may read: all but the newer new tokens.
   index_t visible(index_t kv_head, index_t j) const noexcept {
@@ -78,12 +80,16 @@ void check_decode_inputs_finite(const decode_work<T, TO>& work, const layer_view
   const index_t num_kv_heads = static_cast<index_t>(work.entries.size());
   for (index_t h = 0; h < num_kv_heads; ++h) {
     index_t entry = 0;
+    std::vector<double> key(static_cast<std::size_t>(head_dim)),
+        value(static_cast<std::size_t>(head_dim));
     for (index_t i = work.first_span[static_cast<std::size_t>(h)];
          i < work.first_span[static_cast<std::size_t>(h) + 1]; ++i) {
       const kv_span<T>& span = work.spans[static_cast<std::size_t>(i)];
       for (index_t r = 0; r < span.length(); ++r, ++entry) {
+        span.keys.widen_rows(r, 1, key.data());
+        span.values.widen_rows(r, 1, value.data());
         for (index_t c = 0; c < head_dim; ++c) {
-          const double k = to_double(span.keys(r, c)), v = to_double(span.values(r, c));
+          const double k = key[static_cast<std::size_t>(c)], v = value[static_cast<std::size_t>(c)];
           RAZORKV_CHECK(std::isfinite(k) && std::isfinite(v), kInvalidArgument, where, ": ",
                         std::isfinite(k) ? "value (" : "key (", std::isfinite(k) ? v : k,
                         ") at kv head ", h, " entry ", entry, " dim ", c, " is not finite");
@@ -157,7 +163,16 @@ decode_work<typename Source::value_type, TO> prepare_decode(
                     " of layer ", layer, " kv head ", h, " has log_weight (", span.log_weight,
                     "), must be finite");
       work.entries[static_cast<std::size_t>(h)] += span.length();
-      if (span.length() > 0) work.spans.push_back(span);
+      work.quantised = work.quantised || span.keys.is_quantised() || span.values.is_quantised();
+      if (span.length() > 0) {
+        const bool first = work.spans.size() ==
+                           static_cast<std::size_t>(work.first_span[static_cast<std::size_t>(h)]);
+        RAZORKV_CHECK(first || span.rotated_keys == work.spans.back().rotated_keys,
+                      kInvalidArgument, where, ": span ", i, " of layer ", layer, " kv head ", h,
+                      span.rotated_keys ? " holds rotated keys" : " holds keys not rotated",
+                      " and the spans before it do not; a head's keys are rotated or not");
+        work.spans.push_back(span);
+      }
     }
     work.first_span[static_cast<std::size_t>(h) + 1] = static_cast<index_t>(work.spans.size());
     RAZORKV_CHECK(work.entries[static_cast<std::size_t>(h)] >= tokens, kInvalidArgument, where,
@@ -176,6 +191,11 @@ decode_work<typename Source::value_type, TO> prepare_decode(
       Acc* dst = work.scaled.data() + (h * work.per_head + j) * head_dim;
       for (index_t c = 0; c < head_dim; ++c)
         dst[c] = static_cast<Acc>(static_cast<Acc>(src[c]) * scale);
+      // Keys stored rotated are read with the query rotated the same way (q . k is unchanged).
+      const std::size_t first =
+          static_cast<std::size_t>(work.first_span[static_cast<std::size_t>(h)]);
+      if (first < work.spans.size() && work.spans[first].rotated_keys)
+        hadamard_rotate(dst, head_dim);
     }
   }
   if (check_finite) check_decode_inputs_finite(work, queries, head_dim, where);
@@ -277,8 +297,8 @@ decode_plan plan_decode(const std::pmr::vector<decode_work<T, TO>>& works, index
 // allocate nothing (and a call nothing at all from a decode_workspace large enough): outputs of
 // whole passes and of merges ([result_size]); partial states of split passes
 // ([slots, kMaxQueriesPerPass, head_dim] outputs, [slots, kMaxQueriesPerPass] maxima and
-// denominators); each pass's rows widened from half ([2 * kWidenRows, head_dim], only where the
-// CPU cannot widen half in registers).
+// denominators); each pass's rows widened from half or dequantised ([2 * kWidenRows, head_dim],
+// only where the CPU cannot widen half in registers or a span is quantised).
 template <class Acc>
 struct decode_buffers {
   decode_buffers(const decode_plan& plan, index_t head_dim, bool needs_widening_scratch,
@@ -424,7 +444,10 @@ void run_decode(const std::pmr::vector<decode_work<T, TO>>& works, index_t head_
                 std::pmr::memory_resource* resource) {
   const decode_plan plan = plan_decode(works, head_dim, entries_per_task, resource);
   const dtype_kernels<T>& chosen = kernels_for<T>();  // may throw
-  decode_buffers<accum_t<T>> buffers(plan, head_dim, chosen.needs_widening_scratch, resource);
+  const bool quantised = std::any_of(works.begin(), works.end(),
+                                     [](const decode_work<T, TO>& w) { return w.quantised; });
+  decode_buffers<accum_t<T>> buffers(plan, head_dim, chosen.needs_widening_scratch || quantised,
+                                     resource);
   // Nothing below throws: now the caller's weights take the step's shape (prepare_decode gave
   // them room, so this allocates nothing).
   for (const decode_work<T, TO>& work : works) {

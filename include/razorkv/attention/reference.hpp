@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "razorkv/cache/kv_cache.hpp"
@@ -15,28 +16,33 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/kernels/softmax.hpp"
+#include "razorkv/quant/hadamard.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
 
-// One entry of a head, oldest first: its key and value rows and its span's log-weight.
-template <class T>
+// One entry of a head, oldest first: its key and value as the values they stand for (a quantised
+// row dequantised), in double, and its span's log-weight.
 struct reference_entry {
-  const T* key;
-  const T* value;
+  std::vector<double> key, value;
   double log_weight;
+  bool rotated_key;  // stored rotated: read with the query rotated
 };
 
 template <class Source>
-std::vector<reference_entry<typename Source::value_type>> reference_entries(const Source& cache,
-                                                                            index_t layer,
-                                                                            index_t kv_head) {
-  std::vector<reference_entry<typename Source::value_type>> entries;
+std::vector<reference_entry> reference_entries(const Source& cache, index_t layer,
+                                               index_t kv_head) {
+  std::vector<reference_entry> entries;
+  const index_t dim = cache.head_dim();
   for (index_t i = 0; i < cache.num_spans(layer, kv_head); ++i) {
     const auto span = cache.span(layer, kv_head, i);
     for (index_t r = 0; r < span.length(); ++r) {
-      entries.push_back(
-          {span.keys.row(r), span.values.row(r), static_cast<double>(span.log_weight)});
+      reference_entry e{std::vector<double>(static_cast<std::size_t>(dim)),
+                        std::vector<double>(static_cast<std::size_t>(dim)),
+                        static_cast<double>(span.log_weight), span.rotated_keys};
+      span.keys.widen_rows(r, 1, e.key.data());
+      span.values.widen_rows(r, 1, e.value.data());
+      entries.push_back(std::move(e));
     }
   }
   return entries;
@@ -73,7 +79,14 @@ std::vector<std::vector<double>> attention_weights_multi(
     RAZORKV_CHECK(total >= tokens, kInvalidArgument, "reference::decode_attention: kv head ",
                   kv_head, " holds ", total, " entries, fewer than ", tokens, " new tokens");
     for (index_t t = 0; t < tokens; ++t) {
-      const TQ* q = queries.token(t).row(h);
+      std::vector<double> q(static_cast<std::size_t>(dim));
+      for (index_t c = 0; c < dim; ++c)
+        q[static_cast<std::size_t>(c)] = detail::to_double(queries.token(t).row(h)[c]);
+      // Keys stored rotated meet the query rotated the same way (q . k is unchanged).
+      std::vector<double> rotated = q;
+      const bool any_rotated =
+          std::any_of(entries.begin(), entries.end(), [](const auto& e) { return e.rotated_key; });
+      if (any_rotated) hadamard_rotate(rotated.data(), dim);
       const index_t visible = total - tokens + 1 + t;
       std::vector<double>& w = weights[static_cast<std::size_t>(t * num_query_heads + h)];
       w.assign(static_cast<std::size_t>(total), 0.0);
@@ -81,8 +94,9 @@ std::vector<std::vector<double>> attention_weights_multi(
       for (index_t e = 0; e < visible; ++e) {
         double dot = 0.0;
         for (index_t c = 0; c < dim; ++c) {
-          dot += detail::to_double(q[c]) *
-                 detail::to_double(entries[static_cast<std::size_t>(e)].key[c]);
+          const detail::reference_entry& entry = entries[static_cast<std::size_t>(e)];
+          dot += (entry.rotated_key ? rotated : q)[static_cast<std::size_t>(c)] *
+                 entry.key[static_cast<std::size_t>(c)];
         }
         w[static_cast<std::size_t>(e)] = s * dot + entries[static_cast<std::size_t>(e)].log_weight;
         max_logit = std::max(max_logit, w[static_cast<std::size_t>(e)]);
@@ -114,7 +128,8 @@ std::vector<double> decode_attention_multi(const Source& cache, index_t layer,
       const std::vector<double>& w = weights[static_cast<std::size_t>(t * num_query_heads + h)];
       double* o = out.data() + (t * num_query_heads + h) * dim;
       for (std::size_t e = 0; e < entries.size(); ++e) {
-        for (index_t c = 0; c < dim; ++c) o[c] += w[e] * detail::to_double(entries[e].value[c]);
+        for (index_t c = 0; c < dim; ++c)
+          o[c] += w[e] * entries[e].value[static_cast<std::size_t>(c)];
       }
     }
   }

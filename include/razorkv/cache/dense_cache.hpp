@@ -4,9 +4,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory_resource>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "razorkv/cache/head_rows.hpp"
 #include "razorkv/cache/kv_cache.hpp"
@@ -16,6 +19,7 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -32,9 +36,9 @@ struct dense_layer {
 
   dense_layer() = default;
   dense_layer(index_t kv_heads, index_t capacity_tokens, index_t head_dim,
-              std::pmr::memory_resource* resource)
+              std::pmr::memory_resource* resource, const kv_storage& storage)
       : rows(checked_mul(kv_heads, capacity_tokens, "dense_kv_cache: capacity * kv_heads"),
-             head_dim, resource),
+             head_dim, resource, storage),
         capacity(capacity_tokens) {}
   // Copies every head's tokens into buffers of the same capacity, from the same resource.
   dense_layer(const dense_layer& other)
@@ -52,11 +56,14 @@ struct dense_layer {
   static void copy_tokens(const dense_layer& from, dense_layer& to) noexcept {
     if (from.tokens == 0 || from.capacity == 0) return;
     const index_t kv_heads = from.rows.capacity() / from.capacity;
-    const std::size_t bytes = static_cast<std::size_t>(from.tokens * from.rows.dim()) * sizeof(T);
+    const auto bytes = [&](index_t row_bytes) {
+      return static_cast<std::size_t>(from.tokens * row_bytes);
+    };
     for (index_t h = 0; h < kv_heads; ++h) {
-      std::memcpy(to.rows.key_row(h * to.capacity), from.rows.key_row(h * from.capacity), bytes);
-      std::memcpy(to.rows.value_row(h * to.capacity), from.rows.value_row(h * from.capacity),
-                  bytes);
+      std::memcpy(to.rows.key_bytes(h * to.capacity), from.rows.key_bytes(h * from.capacity),
+                  bytes(from.rows.key_row_bytes()));
+      std::memcpy(to.rows.value_bytes(h * to.capacity), from.rows.value_bytes(h * from.capacity),
+                  bytes(from.rows.value_row_bytes()));
     }
   }
 };
@@ -65,6 +72,10 @@ struct dense_layer {
 
 /// The full KV cache of a model: num_layers x num_kv_heads heads of head_dim, each holding the
 /// same tokens of its layer. Layers grow independently (an engine appends layer by layer).
+///
+/// Rows are stored as T or, as the kv_storage it is built with says, in 8-/4-bit blocks with keys
+/// optionally rotated (quant/storage.hpp): append takes T and quantises. A quantised side is read
+/// through spans only (keys() and values() are views of T rows).
 ///
 /// Views and spans handed out stay valid until the next append or reserve that grows the
 /// layer they point into, as with std::vector.
@@ -84,13 +95,20 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   /// \param resource where every K/V buffer comes from (each layer's, as it grows), as for the
   ///        compressed caches; null means std::pmr::get_default_resource(). It must outlive the
   ///        cache and every copy of it (a copy allocates from the same resource).
+  /// \param storage how rows are stored (default: T); checked against head_dim (check_storage).
   dense_kv_cache(index_t num_layers, index_t num_kv_heads, index_t head_dim,
-                 index_t reserve_tokens = 0, std::pmr::memory_resource* resource = nullptr)
-      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim, resource) {
+                 index_t reserve_tokens = 0, std::pmr::memory_resource* resource = nullptr,
+                 const kv_storage& storage = {})
+      : skeleton("dense_kv_cache", num_layers, num_kv_heads, head_dim, resource),
+        storage_(storage) {
     RAZORKV_CHECK(reserve_tokens >= 0, kInvalidArgument, "dense_kv_cache: reserve_tokens (",
                   reserve_tokens, ") must be >= 0");
+    check_storage(storage_, head_dim, "dense_kv_cache");
     if (reserve_tokens > 0) reserve(reserve_tokens);
   }
+
+  /// How the cache stores its rows.
+  const kv_storage& storage() const noexcept { return storage_; }
 
   /// Tokens held by `layer` (every kv head of a layer holds the same tokens).
   index_t num_tokens(index_t layer) const {
@@ -111,13 +129,13 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   index_t kv_bytes() const noexcept {
     index_t tokens = 0;
     for (const auto& l : layers_) tokens += l.tokens;
-    return 2 * tokens * num_kv_heads() * head_dim() * static_cast<index_t>(sizeof(T));
+    return tokens * num_kv_heads() * entry_bytes();
   }
   /// Bytes of K and V allocated, spare capacity included.
   index_t allocated_bytes() const noexcept {
     index_t tokens = 0;
     for (const auto& l : layers_) tokens += l.capacity;
-    return 2 * tokens * num_kv_heads() * head_dim() * static_cast<index_t>(sizeof(T));
+    return tokens * num_kv_heads() * entry_bytes();
   }
 
   /// Grows every layer's capacity to at least `tokens`.
@@ -138,21 +156,34 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
     RAZORKV_CHECK(i >= 0 && i < num_spans(layer, kv_head), kOutOfRange,
                   "dense_kv_cache::span: span (", i, ") outside [0, ", num_spans(layer, kv_head),
                   ")");
-    return kv_span<T>{keys(layer).head(kv_head), values(layer).head(kv_head), 0.0f};
+    const layer_storage& l = layer_at(layer, "dense_kv_cache::span");
+    const index_t first = kv_head * l.capacity;
+    const auto side = [&](std::uint8_t* base, const std::optional<row_format>& format,
+                          index_t row_bytes) -> kv_rows<T> {
+      if (format) return kv_rows<T>(quantised_rows{base, l.tokens, head_dim(), row_bytes, *format});
+      return matrix_view<const T>(reinterpret_cast<const T*>(base), l.tokens, head_dim());
+    };
+    return kv_span<T>{side(l.rows.key_bytes(first), storage_.keys, l.rows.key_row_bytes()),
+                      side(l.rows.value_bytes(first), storage_.values, l.rows.value_row_bytes()),
+                      0.0f, storage_.rotate_keys};
   }
 
-  /// Layer `layer`'s keys as [tokens, kv_heads, head_dim], laid out HND with the layer's capacity.
+  /// Layer `layer`'s keys as [tokens, kv_heads, head_dim], laid out HND with the layer's capacity
+  /// (rotated when storage().rotate_keys). A side stored in blocks is an error: read it by spans.
   layer_view<const T> keys(index_t layer) const {
     const layer_storage& l = layer_at(layer, "dense_kv_cache::keys");
+    check_typed(storage_.keys, "dense_kv_cache::keys");
     return storage_view(l, l.rows.capacity() > 0 ? l.rows.key_row(0) : nullptr);
   }
   layer_view<const T> values(index_t layer) const {
     const layer_storage& l = layer_at(layer, "dense_kv_cache::values");
+    check_typed(storage_.values, "dense_kv_cache::values");
     return storage_view(l, l.rows.capacity() > 0 ? l.rows.value_row(0) : nullptr);
   }
 
   /// Appends keys.tokens() tokens to every kv head of `layer`. keys and values are
-  /// [tokens, num_kv_heads, head_dim] in any layout, and may point into this cache.
+  /// [tokens, num_kv_heads, head_dim] in any layout, and may point into this cache. A side stored
+  /// in blocks quantises them (a NaN reads back as NaN, an infinity clamps to its block's scale).
   void append(index_t layer, layer_view<const T> keys, layer_view<const T> values) {
     layer_storage& l = layer_at(layer, "dense_kv_cache::append");
     check_append_shape(keys, "keys");
@@ -162,6 +193,8 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
                   ") != values.tokens() (", values.tokens(), ")");
     const index_t added = keys.tokens();
     if (added == 0) return;
+    std::vector<T> rotated;
+    if (storage_.rotate_keys) keys = detail::rotated_keys(keys, rotated);
     const index_t needed = detail::checked_add(l.tokens, added, "dense_kv_cache::append: tokens");
     if (needed <= l.capacity) {
       copy_in(l, keys, values);
@@ -179,6 +212,16 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   using skeleton::layer_at;
   using skeleton::layers_;
 
+  index_t entry_bytes() const noexcept {
+    const auto element = static_cast<index_t>(sizeof(T));
+    return storage_.key_row_bytes(head_dim(), element) +
+           storage_.value_row_bytes(head_dim(), element);
+  }
+  static void check_typed(const std::optional<row_format>& format, const char* where) {
+    RAZORKV_CHECK(!format, kInvalidArgument, where, ": this side is stored as ",
+                  format ? row_format_name(*format) : "", " blocks; read it through span()");
+  }
+
   void check_append_shape(const layer_view<const T>& v, const char* name) const {
     RAZORKV_CHECK(v.heads() == num_kv_heads(), kShapeMismatch, "dense_kv_cache::append: ", name,
                   ".heads() (", v.heads(), ") != num_kv_heads (", num_kv_heads(), ")");
@@ -192,7 +235,7 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
 
   // A copy of `l` with capacity `capacity` (>= l.tokens), from the cache's resource.
   layer_storage grown(const layer_storage& l, index_t capacity) const {
-    layer_storage result(num_kv_heads(), capacity, head_dim(), memory_resource());
+    layer_storage result(num_kv_heads(), capacity, head_dim(), memory_resource(), storage_);
     result.tokens = l.tokens;
     layer_storage::copy_tokens(l, result);
     return result;
@@ -201,19 +244,12 @@ class dense_kv_cache : public detail::cache_skeleton<detail::dense_layer<T>> {
   // Copies the tokens into l's spare capacity (the caller checked it suffices).
   void copy_in(layer_storage& l, const layer_view<const T>& keys,
                const layer_view<const T>& values) const {
-    const std::size_t row_bytes = static_cast<std::size_t>(head_dim()) * sizeof(T);
-    for (index_t h = 0; h < num_kv_heads(); ++h) {
-      T* key_dst = l.rows.key_row(h * l.capacity + l.tokens);
-      T* value_dst = l.rows.value_row(h * l.capacity + l.tokens);
-      const matrix_view<const T> key_src = keys.head(h);
-      const matrix_view<const T> value_src = values.head(h);
-      for (index_t t = 0; t < keys.tokens(); ++t) {
-        std::memmove(key_dst + t * head_dim(), key_src.row(t), row_bytes);
-        std::memmove(value_dst + t * head_dim(), value_src.row(t), row_bytes);
-      }
-    }
+    for (index_t h = 0; h < num_kv_heads(); ++h)
+      l.rows.write(h * l.capacity + l.tokens, keys.head(h), values.head(h));
     l.tokens += keys.tokens();
   }
+
+  kv_storage storage_;
 };
 
 static_assert(is_kv_cache_v<dense_kv_cache<float>>, "dense_kv_cache must satisfy the contract");

@@ -3,29 +3,107 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/quant/hadamard.hpp"
+#include "razorkv/quant/row_blocks.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
+
+/// The rows of one side (keys or values) of a span: rows of T (a matrix_view), or rows stored
+/// in 8-/4-bit blocks (quantised_rows, see quant/storage.hpp). A consumer reads typed rows in
+/// place; quantised ones it dequantises (widen_rows, or a kernel of its own), or it calls
+/// typed(where), which names the format in an error where it reads T rows only.
+template <class T>
+class kv_rows {
+ public:
+  kv_rows() = default;
+  /// Rows of T, as every source hands out unless it stores blocks.
+  kv_rows(const matrix_view<const T>& rows) noexcept  // NOLINT(google-explicit-constructor)
+      : typed_(rows) {}
+  explicit kv_rows(const quantised_rows& rows) noexcept : quantised_(rows), is_quantised_(true) {}
+
+  index_t rows() const noexcept { return is_quantised_ ? quantised_.rows : typed_.rows(); }
+  index_t cols() const noexcept { return is_quantised_ ? quantised_.cols : typed_.cols(); }
+  bool is_quantised() const noexcept { return is_quantised_; }
+  /// Bytes one row occupies (quantised: its blocks; typed: cols * sizeof(T)).
+  index_t row_bytes() const {
+    return is_quantised_ ? quantised_row_bytes(quantised_.format, quantised_.cols)
+                         : typed_.cols() * static_cast<index_t>(sizeof(T));
+  }
+
+  /// The rows of T; for quantised rows, an error naming `where` and the format.
+  const matrix_view<const T>& typed(const char* where) const {
+    RAZORKV_CHECK(!is_quantised_, kInvalidArgument, where, ": rows stored as ",
+                  row_format_name(quantised_.format),
+                  " blocks are not read here; it reads rows of the cache's dtype only");
+    return typed_;
+  }
+  /// The rows of T; only when is_quantised() is false (unchecked: the kernels read it).
+  const matrix_view<const T>& typed() const noexcept { return typed_; }
+  /// The quantised rows; only when is_quantised() is true (unchecked).
+  const quantised_rows& quantised() const noexcept { return quantised_; }
+
+  /// Rows [first, first + count).
+  kv_rows middle_rows(index_t first, index_t count) const {
+    return is_quantised_ ? kv_rows(quantised_.middle_rows(first, count))
+                         : kv_rows(typed_.middle_rows(first, count));
+  }
+
+  /// Rows [first, first + count) as the values they stand for, into out ([count, cols], row
+  /// major): the plain reader of both kinds (decode has vectorised ones of its own).
+  template <class Out>
+  void widen_rows(index_t first, index_t count, Out* out) const {
+    const index_t dim = cols();
+    for (index_t r = 0; r < count; ++r) {
+      Out* dst = out + r * dim;
+      if (is_quantised_) {
+        const std::uint8_t* row = quantised_.row(first + r);
+        for (index_t b = 0; b < dim / kQuantBlock; ++b) {
+          float block[kQuantBlock];
+          detail::dequantise_block(quantised_.format, row + b * block_bytes(quantised_.format),
+                                   block);
+          for (index_t i = 0; i < kQuantBlock; ++i)
+            dst[b * kQuantBlock + i] = static_cast<Out>(block[i]);
+        }
+      } else {
+        const T* row = typed_.row(first + r);
+        for (index_t c = 0; c < dim; ++c) dst[c] = static_cast<Out>(detail::to_double(row[c]));
+      }
+    }
+  }
+
+ private:
+  matrix_view<const T> typed_;
+  quantised_rows quantised_;
+  bool is_quantised_ = false;
+};
 
 /// A contiguous run of cache entries of one (layer, kv head), all with one additive
 /// log-weight. Ordinary tokens have log_weight 0; a compensation token standing for n dropped
 /// tokens is a span of length 1 with log_weight ln(n), which makes attention treat it as n
-/// identical copies. A ring buffer is two spans, a paged layout one span per page.
+/// identical copies. A ring buffer is two spans, a paged layout one span per page. Keys and
+/// values are each rows of T or quantised rows (kv_rows), with the same number of rows; keys may
+/// be stored rotated (kv_storage::rotate_keys), which whoever reads them with a query must match
+/// by rotating the query (decode does, per kv head; every span of a head must agree).
 ///
 /// keys and values point into memory the cache owns, and are valid until the cache is next
 /// modified (append, compress, destroy).
 template <class T>
 struct kv_span {
-  matrix_view<const T> keys;    // [length, head_dim]
-  matrix_view<const T> values;  // [length, head_dim]
-  float log_weight = 0.0f;      // added to every logit of the span, after scaling; finite
+  kv_rows<T> keys;            // [length, head_dim]
+  kv_rows<T> values;          // [length, head_dim]
+  float log_weight = 0.0f;    // added to every logit of the span, after scaling; finite
+  bool rotated_keys = false;  // keys are H k / sqrt(head_dim) (quant/hadamard.hpp), not k
 
   index_t length() const noexcept { return keys.rows(); }
 };
@@ -180,6 +258,27 @@ void check_token_views(const layer_view<const T>& keys, const layer_view<const T
                 keys.tokens(), ") != values.tokens() (", values.tokens(), ")");
 }
 
+// The keys of new tokens rotated by the Walsh-Hadamard transform (kv_storage::rotate_keys), as
+// [tokens, heads, head_dim] NHD in `buffer`: what a cache that stores rotated keys takes in. The
+// rotation runs in float (double for double rows).
+template <class T>
+layer_view<const T> rotated_keys(const layer_view<const T>& keys, std::vector<T>& buffer) {
+  using R = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const index_t tokens = keys.tokens(), heads = keys.heads(), dim = keys.head_dim();
+  buffer.resize(static_cast<std::size_t>(tokens * heads * dim));
+  std::vector<R> row(static_cast<std::size_t>(dim));
+  for (index_t t = 0; t < tokens; ++t) {
+    for (index_t h = 0; h < heads; ++h) {
+      const T* src = keys.token(t).row(h);
+      for (index_t c = 0; c < dim; ++c) row[static_cast<std::size_t>(c)] = static_cast<R>(src[c]);
+      hadamard_rotate(row.data(), dim);
+      T* dst = buffer.data() + (t * heads + h) * dim;
+      for (index_t c = 0; c < dim; ++c) dst[c] = static_cast<T>(row[static_cast<std::size_t>(c)]);
+    }
+  }
+  return layer_view<const T>::nhd(buffer.data(), tokens, heads, dim);
+}
+
 }  // namespace detail
 
 /// Number of entries (rows, a compensation token counting as one) held for one kv head.
@@ -192,19 +291,22 @@ index_t num_entries(const Source& source, index_t layer, index_t kv_head) {
   return total;
 }
 
-/// Bytes of K and V a source holds in `layer`: 2 * entries * head_dim * sizeof(value_type) summed
-/// over its kv heads. Under GQA a group's K/V is one kv head, so it is counted once however many
-/// query heads read it; a compensation token is one entry (its count is metadata).
+/// Bytes of K and V a source holds in `layer`: every entry's key row and value row (head_dim *
+/// sizeof(value_type) each, or a quantised row's blocks) summed over its kv heads. Under GQA a
+/// group's K/V is one kv head, so it is counted once however many query heads read it; a
+/// compensation token is one entry (its count is metadata).
 template <class Source>
 index_t held_kv_bytes(const Source& source, index_t layer) {
   check_layer(source, layer, "held_kv_bytes");
-  const index_t entry_bytes = 2 * static_cast<index_t>(source.head_dim()) *
-                              static_cast<index_t>(sizeof(typename Source::value_type));
   index_t total = 0;
   for (index_t h = 0; h < static_cast<index_t>(source.num_kv_heads()); ++h) {
-    total += num_entries(source, layer, h);
+    const index_t spans = source.num_spans(layer, h);
+    for (index_t i = 0; i < spans; ++i) {
+      const kv_span<typename Source::value_type> span = source.span(layer, h, i);
+      total += span.length() * (span.keys.row_bytes() + span.values.row_bytes());
+    }
   }
-  return total * entry_bytes;
+  return total;
 }
 
 /// held_kv_bytes over every layer.

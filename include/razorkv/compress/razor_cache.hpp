@@ -30,6 +30,7 @@
 #include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/kernels/softmax.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -103,6 +104,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         plan_(std::move(plan)),
         config_(config) {
     check_config(config_, "razor_kv_cache");
+    check_storage(config_.storage, head_dim(), "razor_kv_cache: config");
+    if (config_.retrieval_storage) {
+      check_storage(*config_.retrieval_storage, head_dim(),
+                    "razor_kv_cache: config.retrieval_storage");
+      RAZORKV_CHECK(config_.retrieval_storage->rotate_keys == config_.storage.rotate_keys,
+                    kInvalidArgument, "razor_kv_cache: config.retrieval_storage.rotate_keys (",
+                    config_.retrieval_storage->rotate_keys, ") != config.storage.rotate_keys (",
+                    config_.storage.rotate_keys, "): a cache rotates all its keys or none");
+    }
   }
 
   const head_plan& plan() const noexcept { return *plan_; }
@@ -157,6 +167,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                       const parallel_for_fn& parallel_for = {}) {
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
+    std::vector<T> rotated;
+    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated);
     std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       heads[static_cast<std::size_t>(h)].keys.push_back(keys.head(h));
@@ -202,13 +214,26 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
                       span.keys.rows(), ", ", span.keys.cols(), "] and values [",
                       span.values.rows(), ", ", span.values.cols(), "]");
         if (span.length() == 0) continue;
-        pieces.keys.push_back(span.keys);
-        pieces.values.push_back(span.values);
+        pieces.keys.push_back(span.keys.typed(kWhere));
+        pieces.values.push_back(span.values.typed(kWhere));
         held += span.length();
       }
       RAZORKV_CHECK(tokens < 0 || held == tokens, kShapeMismatch, kWhere, ": kv head ", h,
                     " of the prefill holds ", held, " tokens, kv head 0 holds ", tokens);
       tokens = held;
+    }
+    // A cache storing rotated keys takes each piece's keys in rotated.
+    std::vector<std::vector<T>> rotated;
+    if (rotated_keys()) {
+      for (token_pieces& pieces : heads) {
+        for (matrix_view<const T>& piece : pieces.keys) {
+          rotated.emplace_back();
+          piece = detail::rotated_keys(layer_view<const T>::nhd(piece.data(), piece.rows(), 1,
+                                                                piece.cols(), piece.row_stride()),
+                                       rotated.back())
+                      .head(0);
+        }
+      }
     }
     compress_checked(layer, tokens, heads, parallel_for);
   }
@@ -239,6 +264,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t added = keys.tokens();
     if (added == 0) return;
     if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
+    std::vector<T> rotated;
+    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated);
     const index_t total = detail::checked_add(l.tokens, added, kWhere);
     const razor_budget budget = config_.budget();
     const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
@@ -256,7 +283,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
         // One block per chunk, rounded up to whole growth_rows: few spans.
         const index_t block = detail::checked_mul(
             (added + config_.growth_rows - 1) / config_.growth_rows, config_.growth_rows, kWhere);
-        head.appended.reserve_more(added - head.room(added), block, head_dim(), memory_resource());
+        head.appended.reserve_more(added - head.room(added), block, head_dim(), memory_resource(),
+                                   config_.storage_for(true));
         continue;
       }
       g.to_sinks = std::min(added, config_.sinks - head.sinks.rows());
@@ -271,7 +299,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
             config_.decode == decode_mode::kBounded ? 0 : config_.decode_reserve;
         g.rows = detail::head_rows<T>(
             std::max(detail::checked_add(needed, reserve, kWhere), capacity + capacity / 2),
-            head_dim(), memory_resource());
+            head_dim(), memory_resource(), config_.storage_for(false));
       }
     }
     // Phase 2: nothing allocates or throws.
@@ -317,6 +345,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     const index_t added = keys.tokens();
     if (added == 0) return;
     if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
+    std::vector<T> rotated;
+    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated);
     const index_t total = detail::checked_add(l.tokens, added, "razor_kv_cache::append: tokens");
     const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
 
@@ -325,7 +355,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     for (head_state& head : l.heads) {
       if (grows(head))
         head.appended.reserve_more(added - head.room(added), config_.growth_rows, head_dim(),
-                                   memory_resource());
+                                   memory_resource(), config_.storage_for(head.retrieval));
     }
     // Phase 2: no allocation, nothing that throws.
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
@@ -379,11 +409,14 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     head.for_each_fixed_span(config_.compensation, [&](const kv_span<T>& s) {
       if (fixed++ == i) found = s;
     });
-    if (i >= 0 && i < fixed) return found;
-    const index_t blocks = head.appended.blocks_in_use();
-    RAZORKV_CHECK(i >= 0 && i < fixed + blocks, kOutOfRange, "razor_kv_cache::span: span (", i,
-                  ") outside [0, ", fixed + blocks, ")");
-    return head.appended.span(i - fixed);
+    if (i < 0 || i >= fixed) {
+      const index_t blocks = head.appended.blocks_in_use();
+      RAZORKV_CHECK(i >= 0 && i < fixed + blocks, kOutOfRange, "razor_kv_cache::span: span (", i,
+                    ") outside [0, ", fixed + blocks, ")");
+      found = head.appended.span(i - fixed);
+    }
+    found.rotated_keys = rotated_keys();
+    return found;
   }
 
   // --- Inspection and memory accounting ----------------------------------------------------
@@ -394,8 +427,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     compensation_token<T> token;
     token.count = head.dropped;
     if (head.mean.rows() > 0) {
-      token.key = head.mean.keys(0, 1);
-      token.value = head.mean.values(0, 1);
+      token.key = head.mean.keys(0, 1).typed();
+      token.value = head.mean.values(0, 1).typed();
     }
     if (head.sums.rows() > 0) {
       token.key_sum = head.sums.key_row(0);
@@ -428,9 +461,15 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     return head.entries();
   }
   /// K/V bytes the head holds: 2 * entries * head_dim * sizeof(T), the rule of the memory
-  /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression.
+  /// calculator (compress/kv_memory.hpp), which this agrees with exactly after compression; with
+  /// quantised storage, a window's and a retrieval head's rows count their blocks' bytes.
   index_t kv_bytes(index_t layer, index_t kv_head) const {
-    return head_kv_bytes(entries(layer, kv_head), head_dim(), static_cast<index_t>(sizeof(T)));
+    const head_state& head = head_at(layer, kv_head, "razor_kv_cache::kv_bytes");
+    const index_t typed = head.sinks.rows() + head.mean.rows();
+    return detail::checked_add(head_kv_bytes(typed, head_dim(), static_cast<index_t>(sizeof(T))),
+                               detail::checked_mul(head.ring_rows + head.appended.rows(),
+                                                   stored_entry_bytes(head), "kv bytes"),
+                               "kv bytes");
   }
   index_t kv_bytes(index_t layer) const {
     index_t total = 0;
@@ -482,34 +521,36 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   /// compensation token (which appears with the first token folded).
   index_t kv_bytes_after(index_t tokens) const {
     check_planned_tokens(tokens, "razor_kv_cache::kv_bytes_after");
-    index_t entries = 0;
+    index_t bytes = 0;
     for (const layer_storage& l : layers_) {
       if (!l.compressed) continue;  // a cleared layer keeps its heads' buffers, not its tokens
       for (const head_state& head : l.heads) {
-        entries = detail::checked_add(entries, entries_after(head, tokens), "kv bytes");
+        bytes = detail::checked_add(bytes, bytes_after(head, tokens), "kv bytes");
       }
     }
-    return head_kv_bytes(entries, head_dim(), static_cast<index_t>(sizeof(T)));
+    return bytes;
   }
   /// allocated_bytes() once `tokens` more tokens are appended to every compressed layer: the
   /// blocks growing heads chain past their room (bounded heads never allocate).
   index_t allocated_bytes_after(index_t tokens) const {
     check_planned_tokens(tokens, "razor_kv_cache::allocated_bytes_after");
-    index_t blocks = 0;
+    index_t bytes = allocated_bytes();
     for (const layer_storage& l : layers_) {
       if (!l.compressed) continue;  // appends to it are errors: it grows no block
       for (const head_state& head : l.heads) {
         if (grows(head)) {
           const index_t past_room = tokens - head.room(tokens);
-          blocks += head.appended.blocks_needed(past_room, config_.growth_rows);
+          const index_t block_bytes =
+              detail::checked_mul(config_.growth_rows, stored_entry_bytes(head), "allocated bytes");
+          bytes = detail::checked_add(
+              bytes,
+              detail::checked_mul(head.appended.blocks_needed(past_room, config_.growth_rows),
+                                  block_bytes, "allocated bytes"),
+              "allocated bytes");
         }
       }
     }
-    const index_t block_bytes =
-        head_kv_bytes(config_.growth_rows, head_dim(), static_cast<index_t>(sizeof(T)));
-    return detail::checked_add(allocated_bytes(),
-                               detail::checked_mul(blocks, block_bytes, "allocated bytes"),
-                               "allocated bytes");
+    return bytes;
   }
 
  private:
@@ -519,19 +560,37 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
   using skeleton::layer_at;
   using skeleton::layers_;
 
+  // Whether every key the cache stores is rotated (config.storage.rotate_keys).
+  bool rotated_keys() const noexcept { return config_.storage.rotate_keys; }
+
+  // Bytes of one key row plus value row of the head's window or retrieval rows (as configured).
+  index_t stored_entry_bytes(const head_state& head) const {
+    const auto element = static_cast<index_t>(sizeof(T));
+    const kv_storage& storage = config_.storage_for(head.retrieval);
+    return storage.key_row_bytes(head_dim(), element) +
+           storage.value_row_bytes(head_dim(), element);
+  }
+
   // Whether the head keeps every token it is appended (else it is a bounded ring).
   bool grows(const head_state& head) const noexcept {
     return head.retrieval || config_.decode == decode_mode::kAppend;
   }
-  // Entries the head will hold after `tokens` more tokens.
-  index_t entries_after(const head_state& head, index_t tokens) const {
-    const index_t held = head.entries();
-    if (grows(head)) return detail::checked_add(held, tokens, "entries");
-    const index_t ring = std::min(head.window, head.ring_rows + tokens);
-    const bool folds = head.ring_rows + tokens > head.window;
-    const index_t mean =
-        head.mean.rows() > 0 || (folds && config_.compensation != compensation_mode::kNone) ? 1 : 0;
-    return head.sinks.rows() + mean + ring;
+  // K/V bytes the head will hold after `tokens` more tokens: its sinks and compensation token as
+  // T, its ring and blocks as stored.
+  index_t bytes_after(const head_state& head, index_t tokens) const {
+    index_t typed = head.sinks.rows() + head.mean.rows();
+    index_t stored = head.ring_rows + head.appended.rows();
+    if (grows(head)) {
+      stored = detail::checked_add(stored, tokens, "entries");
+    } else {
+      stored = std::min(head.window, head.ring_rows + tokens);
+      const bool folds = head.ring_rows + tokens > head.window;
+      if (head.mean.rows() == 0 && folds && config_.compensation != compensation_mode::kNone)
+        ++typed;
+    }
+    return detail::checked_add(head_kv_bytes(typed, head_dim(), static_cast<index_t>(sizeof(T))),
+                               detail::checked_mul(stored, stored_entry_bytes(head), "kv bytes"),
+                               "kv bytes");
   }
   static void check_planned_tokens(index_t tokens, const char* where) {
     RAZORKV_CHECK(tokens >= 0, kInvalidArgument, where, ": tokens (", tokens, ") must be >= 0");
@@ -587,14 +646,16 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     // end), reusing the buffers a cleared layer kept where they are large enough.
     std::vector<head_state> kept = std::move(target.heads);
     kept.resize(static_cast<std::size_t>(num_kv_heads()));
-    const auto rows_for = [&](auto& old, index_t needed) {
+    // Rows of T (sinks, compensation token; double for its sums), or as config.storage says (a
+    // window, a retrieval head's rows).
+    const auto rows_for = [&](auto& old, index_t needed, const kv_storage& storage = {}) {
       using rows_t = std::remove_reference_t<decltype(old)>;  // head_rows of T, or of double
-      if (old.capacity() >= needed && needed > 0) {
+      if (old.capacity() >= needed && needed > 0 && old.storage() == storage) {
         rows_t reused = std::move(old);
         reused.set_rows(0);
         return reused;
       }
-      return rows_t(needed, dim, memory_resource());
+      return rows_t(needed, dim, memory_resource(), storage);
     };
     std::vector<head_state> heads(static_cast<std::size_t>(num_kv_heads()));
     struct head_job {
@@ -609,7 +670,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       head.appended.clear();
       if (head.retrieval) {
         head.recent =
-            rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere));
+            rows_for(old.recent, detail::checked_add(tokens, config_.decode_reserve, kWhere),
+                     config_.storage_for(true));
         jobs.push_back({h, 0, tokens, 0});
         continue;
       }
@@ -623,10 +685,11 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
       if (bounded) {
         head.window =
             std::max<index_t>(head.window, 1);  // the newest token is always an entry of its own
-        head.recent = rows_for(old.recent, head.window);
+        head.recent = rows_for(old.recent, head.window, config_.storage_for(false));
       } else {
         head.recent =
-            rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere));
+            rows_for(old.recent, detail::checked_add(keep_recent, config_.decode_reserve, kWhere),
+                     config_.storage_for(false));
       }
       if (compensate) {
         head.sums = rows_for(old.sums, 1);

@@ -2,11 +2,14 @@
 // recent window, compensation token) and how it behaves during decode (docs/method.md, section 4).
 #pragma once
 
+#include <optional>
+
 #include "razorkv/compress/kv_memory.hpp"
 #include "razorkv/compress/window_rule.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -65,6 +68,20 @@ struct razor_config : window_rule {
   /// the default, a non-finite token that is dropped poisons its head's compensation token, so
   /// that head's attention output is NaN for the rest of the sequence, silently.
   bool check_finite = false;
+  /// How the rows of windows and retrieval heads are stored (quant/storage.hpp): as T (default)
+  /// or in 8-/4-bit blocks, keys optionally rotated. Sinks and compensation tokens stay T (each
+  /// weighs as much as many tokens), rotated with the rest when rotate_keys is set.
+  kv_storage storage;
+  /// When set, how retrieval heads' rows are stored instead (e.g. 8-bit retrieval heads beside
+  /// 4-bit windows: a retrieval head reads every token by its key, so its keys may need more
+  /// precision than a window's). Its rotate_keys must equal storage.rotate_keys (the cache's
+  /// keys are all rotated or none).
+  std::optional<kv_storage> retrieval_storage;
+
+  /// The rows a head stores as config'd: retrieval_storage (else storage) for a retrieval head.
+  const kv_storage& storage_for(bool retrieval) const noexcept {
+    return retrieval && retrieval_storage ? *retrieval_storage : storage;
+  }
 
   /// The public deployment's fixed-capacity local heads: `capacity` entries = `sinks` sinks +
   /// 1 mean token + (capacity - sinks - 1) recent tokens, with bounded decode and an

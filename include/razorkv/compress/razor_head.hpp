@@ -13,9 +13,30 @@
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/kernels/dispatch.hpp"
+#include "razorkv/quant/row_blocks.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
+
+// sums[c] += the rows' column c, for rows as a head stores them: typed rows through the column-sum
+// kernel, quantised ones as the values they stand for (a window's rows are folded as stored).
+template <class T>
+void add_stored_rows_to_sums(column_sums_fn<T> sum_columns, const kv_rows<T>& rows,
+                             double* sums) noexcept {
+  if (!rows.is_quantised()) {
+    add_rows_to_sums(sum_columns, rows.typed(), sums);
+    return;
+  }
+  const quantised_rows& q = rows.quantised();
+  for (index_t r = 0; r < q.rows; ++r) {
+    for (index_t b = 0; b < q.cols / kQuantBlock; ++b) {
+      float block[kQuantBlock];
+      dequantise_block(q.format, q.row(r) + b * block_bytes(q.format), block);
+      for (index_t i = 0; i < kQuantBlock; ++i) sums[b * kQuantBlock + i] += block[i];
+    }
+  }
+}
 
 // One kv head of a razor_kv_cache.
 //
@@ -71,8 +92,10 @@ struct razor_head {
     part(recent, 0, ring_rows - first_part, 0.0f);
   }
 
-  // Writes rows at the end of the ring, wrapping at its capacity (which must hold them).
-  void push_ring(const matrix_view<const T>& keys, const matrix_view<const T>& values) noexcept {
+  // Writes rows at the end of the ring, wrapping at its capacity (which must hold them): new rows
+  // (matrix_view), or rows as a head stores them (kv_rows, copied without quantising again).
+  template <class Rows>
+  void push_ring(const Rows& keys, const Rows& values) noexcept {
     const index_t capacity = recent.capacity();
     for (index_t done = 0; done < keys.rows();) {
       const index_t slot = (ring_start + ring_rows) % capacity;
@@ -122,10 +145,10 @@ struct razor_head {
     const index_t evicted = std::max<index_t>(0, ring_rows + added - keep);
     const index_t from_ring = std::min(ring_rows, evicted), from_new = evicted - from_ring;
     const bool compensate = sums.rows() > 0;
-    const auto fold = [&](const matrix_view<const T>& k, const matrix_view<const T>& v) {
+    const auto fold = [&](const kv_rows<T>& k, const kv_rows<T>& v) {
       if (!compensate || k.rows() == 0) return;
-      add_rows_to_sums(sum_columns, k, sums.key_row(0));
-      add_rows_to_sums(sum_columns, v, sums.value_row(0));
+      add_stored_rows_to_sums(sum_columns, k, sums.key_row(0));
+      add_stored_rows_to_sums(sum_columns, v, sums.value_row(0));
     };
     if (from_ring > 0) {
       // The oldest ring rows: [start, capacity) first, then from row 0.
@@ -135,7 +158,8 @@ struct razor_head {
       ring_start = (ring_start + from_ring) % capacity;
       ring_rows -= from_ring;
     }
-    fold(new_keys.middle_rows(0, from_new), new_values.middle_rows(0, from_new));
+    fold(kv_rows<T>(new_keys.middle_rows(0, from_new)),
+         kv_rows<T>(new_values.middle_rows(0, from_new)));
     push_ring(new_keys.middle_rows(from_new, added - from_new),
               new_values.middle_rows(from_new, added - from_new));
     if (evicted > 0) {

@@ -128,7 +128,8 @@ struct razor_state_access {
         // head without sinks or mean has no storage at all).
         const auto write = [&](const head_rows<T>& rows, index_t first, index_t count,
                                bool values) {
-          if (count > 0) w.rows(values ? rows.values(first, count) : rows.keys(first, count));
+          if (count > 0)
+            w.rows(values ? rows.values(first, count).typed() : rows.keys(first, count).typed());
         };
         const auto both = [&](const head_rows<T>& rows, index_t count) {
           write(rows, 0, count, false);
@@ -321,6 +322,13 @@ template <class T>
 std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
   RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument,
                 "save_state: the format is little-endian and this machine is not");
+  const razor_config& stored = cache.config();
+  for (const kv_storage* s :
+       {&stored.storage, stored.retrieval_storage ? &*stored.retrieval_storage : &stored.storage}) {
+    RAZORKV_CHECK(s->is_plain(), kInvalidArgument, "save_state: the cache stores rows as ",
+                  describe(*s), "; the state format (version ", kRazorStateVersion,
+                  ") holds rows of the cache's dtype only");
+  }
   detail::state_writer w;
   w.append(detail::kRazorStateMagic, sizeof detail::kRazorStateMagic);
   w.scalar<std::uint32_t>(kRazorStateVersion);

@@ -15,8 +15,10 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/dequantise.hpp"
 #include "razorkv/kernels/dispatch.hpp"
 #include "razorkv/kernels/simd.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 namespace detail {
@@ -308,6 +310,21 @@ inline const kernel_row_t<T>* block_rows(const matrix_view<const T>& view, index
   }
 }
 
+// Rows of quantised rows as the kernels read them: dequantised into `out`, in split column order
+// when kSplit (through `spare`, [rows, dim] too), as attend_head holds the queries then.
+template <class Acc, bool kSplit>
+inline void dequantise_kernel_rows(const quantised_rows& q, index_t first, index_t rows,
+                                   Acc* RAZORKV_RESTRICT out,
+                                   Acc* RAZORKV_RESTRICT spare) noexcept {
+  if constexpr (kSplit) {
+    dequantise_rows(q, first, rows, spare);
+    to_split_columns(spare, rows, q.cols, out);
+  } else {
+    (void)spare;
+    dequantise_rows(q, first, rows, out);
+  }
+}
+
 // How attend_head feeds the memory system, by storage dtype and queries per pass, each constant
 // chosen by measurement (docs/benchmarks.md, "The decode kernel's constants").
 //
@@ -512,16 +529,35 @@ void attend_head(const attend_head_params<T>& call) {
     constexpr int kRows = kDotRows<kQ>;
     for (index_t sub = 0; sub < count; sub += kWidenRows) {
       const index_t sub_rows = min_of(kWidenRows, count - sub);
+      Acc* scores = block_weights + (at + sub) * kQ;
+      if (span.keys.is_quantised()) {
+        // Dequantised rows are Acc in the scratch (in split order with the queries), read as
+        // they lie; the value scratch is free while a piece of keys is scored.
+        dequantise_kernel_rows<Acc, kSplit>(span.keys.quantised(), first + sub, sub_rows,
+                                            key_scratch, value_scratch);
+        index_t r = 0;
+        for (; r + kRows <= sub_rows; r += kRows) {
+          dot_rows<Acc, Acc, kQ, kRows, kDim, false>(kernel_queries, key_scratch + r * dim, dim,
+                                                     dim, scores + r * kQ);
+        }
+        for (; r < sub_rows; ++r) {
+          dot_rows<Acc, Acc, kQ, 1, kDim, false>(kernel_queries, key_scratch + r * dim, dim, dim,
+                                                 scores + r * kQ);
+        }
+        continue;
+      }
+      const matrix_view<const T>& typed_keys = span.keys.typed();
       index_t key_stride = 0;
       const kernel_row_t<T>* keys =
-          block_rows(span.keys, first + sub, sub_rows, key_scratch, key_stride);
-      Acc* scores = block_weights + (at + sub) * kQ;
+          block_rows(typed_keys, first + sub, sub_rows, key_scratch, key_stride);
       index_t r = 0;
       for (; r + kRows <= sub_rows; r += kRows) {
         constexpr index_t kAhead = kPrefetchRows<T, kQ>;
-        if constexpr (kAhead > 0) prefetch_rows(span.keys, first + sub + r + kAhead, kRows);
-        if constexpr (kValuePrefetch<T, kQ> == value_prefetch::with_keys)
-          prefetch_rows(span.values, first + sub + r + kAhead, kRows);
+        if constexpr (kAhead > 0) prefetch_rows(typed_keys, first + sub + r + kAhead, kRows);
+        if constexpr (kValuePrefetch<T, kQ> == value_prefetch::with_keys) {
+          if (!span.values.is_quantised())
+            prefetch_rows(span.values.typed(), first + sub + r + kAhead, kRows);
+        }
         dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim, kSplit>(
             kernel_queries, keys + r * key_stride, key_stride, dim, scores + r * kQ);
       }
@@ -544,15 +580,26 @@ void attend_head(const attend_head_params<T>& call) {
         kValuePrefetch<T, kQ> == value_prefetch::with_values ? kValueAheadRows : 0;
     static_assert(kAhead == 0 || std::is_same_v<kernel_row_t<T>, T>,
                   "razorkv: prefetched rows are read where they are stored");
+    if (span.values.is_quantised()) {
+      for (index_t sub = 0; sub < count; sub += kWidenRows) {
+        const index_t sub_rows = min_of(kWidenRows, count - sub);
+        dequantise_kernel_rows<Acc, kSplit>(span.values.quantised(), first + sub, sub_rows,
+                                            value_scratch, key_scratch);
+        accumulate_values<Acc, Acc, kQ, kDim, false, 0>(previous_weights + (at + sub) * kQ,
+                                                        value_scratch, dim, sub_rows, 0, dim, out);
+      }
+      return;
+    }
+    const matrix_view<const T>& typed_values = span.values.typed();
     for (index_t sub = 0; sub < count; sub += kSweepRows) {
       const index_t sub_rows = min_of(kSweepRows, count - sub);
       index_t value_stride = 0;
       const kernel_row_t<T>* values =
-          block_rows(span.values, first + sub, sub_rows, value_scratch, value_stride);
+          block_rows(typed_values, first + sub, sub_rows, value_scratch, value_stride);
       // The rows of this sweep whose row kAhead further on is in the span.
       const index_t rows_ahead =
           kAhead > 0
-              ? max_of<index_t>(0, min_of(sub_rows, span.values.rows() - (first + sub) - kAhead))
+              ? max_of<index_t>(0, min_of(sub_rows, typed_values.rows() - (first + sub) - kAhead))
               : 0;
       accumulate_values<Acc, kernel_row_t<T>, kQ, kDim, kSplit, kAhead>(
           previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, rows_ahead, dim, out);

@@ -17,6 +17,7 @@
 #include "razorkv/core/dtype.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/kernels/dequantise.hpp"
 #include "razorkv/kernels/simd.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
@@ -259,12 +260,16 @@ void prefill_tile(const kv_span<T>* spans, index_t num_spans, index_t dim,
       // in place, 16-bit ones widened first.
       const Acc* keys = widened_keys;
       index_t key_stride = dim;
-      if constexpr (std::is_same_v<T, Acc>) {
-        keys = span.keys.row(first);
-        key_stride = span.keys.row_stride();
+      if (span.keys.is_quantised()) {
+        dequantise_rows(span.keys.quantised(), first, count, widened_keys);
+      } else if constexpr (std::is_same_v<T, Acc>) {
+        keys = span.keys.typed().data() + first * span.keys.typed().row_stride();
+        key_stride = span.keys.typed().row_stride();
       } else {
+        const matrix_view<const T>& typed_keys = span.keys.typed();
         for (index_t e = 0; e < count; ++e)
-          prefill_widen(span.keys.row(first + e), widened_keys + e * dim, dim);
+          prefill_widen(typed_keys.data() + (first + e) * typed_keys.row_stride(),
+                        widened_keys + e * dim, dim);
       }
       for (index_t j = 0; j < count; j += kTileRows) {
         const Acc* key[kRows];
@@ -294,12 +299,23 @@ void prefill_tile(const kv_span<T>* spans, index_t num_spans, index_t dim,
                            out_stride);
 
       // Values: tile_out[i] += sum over j of weight[j][i] * v_j, per panel of kPanel columns.
+      // Quantised values are dequantised once into the keys' rows, which are read by now.
+      if (span.values.is_quantised())
+        dequantise_rows(span.values.quantised(), first, count, widened_keys);
       for (index_t p = 0; p < out_stride / kPanel; ++p) {
         Acc* const panel = value_panels + p * count * kPanel;
         const index_t columns = std::min(kPanel, dim - p * kPanel);
         for (index_t e = 0; e < count; ++e) {
           Acc* dst = panel + e * kPanel;
-          prefill_widen(span.values.row(first + e) + p * kPanel, dst, columns);
+          if (span.values.is_quantised()) {
+            std::memcpy(dst, widened_keys + e * dim + p * kPanel,
+                        static_cast<std::size_t>(columns) * sizeof(Acc));
+          } else {
+            const matrix_view<const T>& typed_values = span.values.typed();
+            prefill_widen(
+                typed_values.data() + (first + e) * typed_values.row_stride() + p * kPanel, dst,
+                columns);
+          }
           std::fill(dst + columns, dst + kPanel, Acc(0));
         }
         for (index_t i = first_row; i < rows; i += kTileRows) {

@@ -352,8 +352,8 @@ class h2o_kv_cache : public detail::compressed_cache_skeleton<detail::h2o_head<T
     }
     const index_t leaving = head.ring_start;
     const std::size_t lu = static_cast<std::size_t>(leaving);
-    const matrix_view<const T> leaving_key = head.ring.keys(leaving, 1),
-                               leaving_value = head.ring.values(leaving, 1);
+    const matrix_view<const T> leaving_key = head.ring.keys(leaving, 1).typed(),
+                               leaving_value = head.ring.values(leaving, 1).typed();
     const index_t filled = head.heavy.rows();
     if (filled < heavy_slots()) {
       head.heavy.write(filled, leaving_key, leaving_value);

@@ -151,12 +151,14 @@ auto compress_prompt(const P& p, const prompt_kv<T>& prompt, const memory_budget
 /// against). It ignores the budget.
 struct full_policy {
   std::string name = "full";
+  /// How the rows are stored (quant/storage.hpp): T, or the 8-/4-bit rows of a quantised cache.
+  kv_storage storage;
 
   template <class T>
   dense_kv_cache<T> compress(const prompt_kv<T>& prompt, index_t /*budget_entries*/) const {
     const model_shape& shape = prompt.shape();
     dense_kv_cache<T> cache(shape.num_layers, shape.num_kv_heads, shape.head_dim, prompt.tokens(),
-                            prompt.cache_resource);
+                            prompt.cache_resource, storage);
     for (index_t l = 0; l < shape.num_layers; ++l)
       cache.append(l, prompt.layer(l).keys, prompt.layer(l).values);
     return cache;

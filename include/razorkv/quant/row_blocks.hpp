@@ -68,6 +68,64 @@ inline float half_bits_value(std::uint16_t h) noexcept {
 
 }  // namespace detail
 
+namespace detail {
+
+// Quantises the kQuantBlock values at x into one block at out. A block holding a NaN stores a
+// NaN scale (and zeros), so that its values read back as NaN, as a NaN stored as T would; an
+// infinity saturates the scale and its values clamp.
+inline void quantise_block(row_format f, const float* x, std::uint8_t* out) noexcept {
+  float extreme = 0;  // q8: the largest magnitude; q4: the value of largest magnitude
+  bool nan = false;
+  for (index_t i = 0; i < kQuantBlock; ++i) {
+    nan = nan || std::isnan(x[i]);
+    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  }
+  const std::uint16_t scale_bits =
+      nan ? std::uint16_t{0x7e00}
+          : float_to_half_bits(f == row_format::kQ8 ? std::fabs(extreme) / 127.0f
+                                                    : extreme / -8.0f);
+  std::memcpy(out, &scale_bits, 2);
+  // The integers are rounded against the scale as stored, so that d * q is what rounding x to
+  // the stored grid gives.
+  const float d = half_bits_value(scale_bits);
+  const float inverse = d != 0 && !nan ? 1.0f / d : 0.0f;
+  const auto clamped = [inverse](float v, float low, float high) {
+    const float q = std::nearbyint(v * inverse);
+    return q > high ? high : (q >= low ? q : low);  // never NaN, which no integer holds
+  };
+  if (f == row_format::kQ8) {
+    for (index_t i = 0; i < kQuantBlock; ++i) {
+      const float q = nan ? 0.0f : clamped(x[i], -127.0f, 127.0f);
+      out[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+    }
+  } else {
+    for (index_t i = 0; i < kQuantBlock / 2; ++i) {
+      const auto nibble = [&](float v) {
+        return static_cast<std::uint8_t>((nan ? 0.0f : clamped(v, -8.0f, 7.0f)) + 8.0f);
+      };
+      // Value i in the low nibble of byte i, value i + 16 in its high nibble (llama.cpp's).
+      out[2 + i] = static_cast<std::uint8_t>(nibble(x[i]) | (nibble(x[i + kQuantBlock / 2]) << 4));
+    }
+  }
+}
+
+// The kQuantBlock values one block stands for, into x.
+inline void dequantise_block(row_format f, const std::uint8_t* in, float* x) noexcept {
+  std::uint16_t scale_bits;
+  std::memcpy(&scale_bits, in, 2);
+  const float d = half_bits_value(scale_bits);
+  if (f == row_format::kQ8) {
+    for (index_t i = 0; i < kQuantBlock; ++i) x[i] = d * static_cast<std::int8_t>(in[2 + i]);
+  } else {
+    for (index_t i = 0; i < kQuantBlock / 2; ++i) {
+      x[i] = d * static_cast<float>((in[2 + i] & 0x0f) - 8);
+      x[i + kQuantBlock / 2] = d * static_cast<float>((in[2 + i] >> 4) - 8);
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Quantises `head_dim` finite values into `row` (quantised_row_bytes(f, head_dim) bytes).
 /// A value that is not finite is an error naming its index; nothing is written then.
 inline void quantise_row(row_format f, const float* values, index_t head_dim, std::uint8_t* row) {
@@ -76,58 +134,15 @@ inline void quantise_row(row_format f, const float* values, index_t head_dim, st
     RAZORKV_CHECK(std::isfinite(values[i]), kInvalidArgument, "quantise_row: value ", i, " (",
                   values[i], ") is not finite");
   }
-  for (index_t b = 0; b < head_dim / kQuantBlock; ++b) {
-    const float* x = values + b * kQuantBlock;
-    std::uint8_t* out = row + b * block_bytes(f);
-    float extreme = 0;  // q8: the largest magnitude; q4: the value of largest magnitude
-    for (index_t i = 0; i < kQuantBlock; ++i) {
-      if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
-    }
-    const std::uint16_t scale_bits = detail::float_to_half_bits(
-        f == row_format::kQ8 ? std::fabs(extreme) / 127.0f : extreme / -8.0f);
-    std::memcpy(out, &scale_bits, 2);
-    // The integers are rounded against the scale as stored, so that d * q is what rounding x
-    // to the stored grid gives.
-    const float d = detail::half_bits_value(scale_bits);
-    const float inverse = d != 0 ? 1.0f / d : 0.0f;
-    if (f == row_format::kQ8) {
-      for (index_t i = 0; i < kQuantBlock; ++i) {
-        const float q = std::nearbyint(x[i] * inverse);
-        out[2 + i] = static_cast<std::uint8_t>(
-            static_cast<std::int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q)));
-      }
-    } else {
-      for (index_t i = 0; i < kQuantBlock / 2; ++i) {
-        const auto nibble = [&](float v) {
-          const float q = std::nearbyint(v * inverse);
-          return static_cast<std::uint8_t>((q > 7.0f ? 7.0f : (q < -8.0f ? -8.0f : q)) + 8.0f);
-        };
-        // Value i in the low nibble of byte i, value i + 16 in its high nibble (llama.cpp's).
-        out[2 + i] =
-            static_cast<std::uint8_t>(nibble(x[i]) | (nibble(x[i + kQuantBlock / 2]) << 4));
-      }
-    }
-  }
+  for (index_t b = 0; b < head_dim / kQuantBlock; ++b)
+    detail::quantise_block(f, values + b * kQuantBlock, row + b * block_bytes(f));
 }
 
 /// The `head_dim` values a quantised row stands for, into `values`.
 inline void dequantise_row(row_format f, const std::uint8_t* row, index_t head_dim, float* values) {
   quantised_row_bytes(f, head_dim);  // checks head_dim and f
-  for (index_t b = 0; b < head_dim / kQuantBlock; ++b) {
-    const std::uint8_t* in = row + b * block_bytes(f);
-    std::uint16_t scale_bits;
-    std::memcpy(&scale_bits, in, 2);
-    const float d = detail::half_bits_value(scale_bits);
-    float* x = values + b * kQuantBlock;
-    if (f == row_format::kQ8) {
-      for (index_t i = 0; i < kQuantBlock; ++i) x[i] = d * static_cast<std::int8_t>(in[2 + i]);
-    } else {
-      for (index_t i = 0; i < kQuantBlock / 2; ++i) {
-        x[i] = d * static_cast<float>((in[2 + i] & 0x0f) - 8);
-        x[i + kQuantBlock / 2] = d * static_cast<float>((in[2 + i] >> 4) - 8);
-      }
-    }
-  }
+  for (index_t b = 0; b < head_dim / kQuantBlock; ++b)
+    detail::dequantise_block(f, row + b * block_bytes(f), values + b * kQuantBlock);
 }
 
 /// q . row for a quantised row: the scalar reference of the decode kernels' inner product,
