@@ -558,10 +558,28 @@ std::unique_ptr<razorkv::huge_page_resource> make_huge_page_resource(index_t min
                                                        static_cast<std::size_t>(keep_bytes));
 }
 
+// A row storage by its Python name: None (rows of the cache's dtype), "q8" or "q4" for keys and
+// values alike, keys rotated when `rotate`.
+razorkv::kv_storage parse_storage(const std::optional<std::string>& name, bool rotate,
+                                  const char* what) {
+  razorkv::kv_storage storage;
+  storage.rotate_keys = rotate;
+  if (!name) return storage;
+  constexpr razorkv::row_format kAll[] = {razorkv::row_format::kQ8, razorkv::row_format::kQ4};
+  const razorkv::row_format format = from_name(*name, what, kAll, &razorkv::row_format_name);
+  storage.keys = storage.values = format;
+  return storage;
+}
+
 razorkv::razor_config make_razor_config(index_t sinks, index_t s0, double c, index_t fixed_window,
                                         const std::string& compensation, const std::string& decode,
-                                        bool check_finite) {
+                                        bool check_finite,
+                                        const std::optional<std::string>& storage, bool rotate_keys,
+                                        const std::optional<std::string>& retrieval_storage) {
   razorkv::razor_config config;
+  config.storage = parse_storage(storage, rotate_keys, "storage");
+  if (retrieval_storage)
+    config.retrieval_storage = parse_storage(retrieval_storage, rotate_keys, "retrieval_storage");
   config.sinks = sinks;
   config.s0 = s0;
   config.c = c;
@@ -999,11 +1017,37 @@ their count, "unweighted": the mean as one token, "none"). decode "append" lets 
 as tokens are decoded; "bounded" keeps it at its size and folds the oldest token into the
 compensation token. check_finite: compression and append raise razorkv.Error at the first NaN
 or infinity they are handed (one more pass over the K/V); unchecked (False, the C++ default),
-a dropped non-finite token poisons its head's compensation token silently.)doc")
+a dropped non-finite token poisons its head's compensation token silently.
+storage: how windows and retrieval heads store their rows, None (the cache's dtype), "q8" or
+"q4" (blocks of 32 values and a 16-bit scale, 0.53 and 0.28 of a 16-bit row; head_dim a
+multiple of 32); retrieval_storage: the same for retrieval heads alone (None: as storage);
+rotate_keys: keys are stored rotated by the Walsh-Hadamard transform, which decode matches by
+rotating each query (head_dim a power of two). Sinks and compensation tokens stay the dtype.)doc")
       .def(py::init(&make_razor_config), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
            py::arg("c") = 5.0, py::arg("fixed_window") = 0, py::arg("compensation") = "weighted",
            py::arg("decode") = "append", py::arg("check_finite") = true,
+           py::arg("storage") = py::none(), py::arg("rotate_keys") = false,
+           py::arg("retrieval_storage") = py::none(),
            "See the class; a bad field is a razorkv.Error naming it and its value.")
+      .def_property_readonly(
+          "storage",
+          [](const razorkv::razor_config& c) -> std::optional<std::string> {
+            if (!c.storage.keys) return std::nullopt;
+            return std::string(razorkv::row_format_name(*c.storage.keys));
+          },
+          "\"q8\", \"q4\" or None: how windows (and retrieval heads, unless retrieval_storage) "
+          "store their rows.")
+      .def_property_readonly(
+          "retrieval_storage",
+          [](const razorkv::razor_config& c) -> std::optional<std::string> {
+            const razorkv::kv_storage& s = c.storage_for(true);
+            if (!s.keys) return std::nullopt;
+            return std::string(razorkv::row_format_name(*s.keys));
+          },
+          "\"q8\", \"q4\" or None: how retrieval heads store their rows.")
+      .def_property_readonly(
+          "rotate_keys", [](const razorkv::razor_config& c) { return c.storage.rotate_keys; },
+          "Whether keys are stored rotated (decode rotates the queries to match).")
       .def_readonly("sinks", &razorkv::razor_config::sinks, "Attention-sink tokens kept.")
       .def_readonly("s0", &razorkv::razor_config::s0, "The smallest window, in tokens.")
       .def_readonly("c", &razorkv::razor_config::c,

@@ -231,8 +231,13 @@ class RazorConfig:
     compensation token. check_finite: compression and append raise razorkv.Error at the first NaN
     or infinity they are handed (one more pass over the K/V); unchecked (False, the C++ default),
     a dropped non-finite token poisons its head's compensation token silently.
+    storage: how windows and retrieval heads store their rows, None (the cache's dtype), "q8" or
+    "q4" (blocks of 32 values and a 16-bit scale, 0.53 and 0.28 of a 16-bit row; head_dim a
+    multiple of 32); retrieval_storage: the same for retrieval heads alone (None: as storage);
+    rotate_keys: keys are stored rotated by the Walsh-Hadamard transform, which decode matches by
+    rotating each query (head_dim a power of two). Sinks and compensation tokens stay the dtype.
     """
-    def __init__(self, *, sinks: typing.SupportsInt | typing.SupportsIndex = 4, s0: typing.SupportsInt | typing.SupportsIndex = 4000, c: typing.SupportsFloat | typing.SupportsIndex = 5.0, fixed_window: typing.SupportsInt | typing.SupportsIndex = 0, compensation: str = 'weighted', decode: str = 'append', check_finite: bool = True) -> None:
+    def __init__(self, *, sinks: typing.SupportsInt | typing.SupportsIndex = 4, s0: typing.SupportsInt | typing.SupportsIndex = 4000, c: typing.SupportsFloat | typing.SupportsIndex = 5.0, fixed_window: typing.SupportsInt | typing.SupportsIndex = 0, compensation: str = 'weighted', decode: str = 'append', check_finite: bool = True, storage: str | None = None, rotate_keys: bool = False, retrieval_storage: str | None = None) -> None:
         """
         See the class; a bad field is a razorkv.Error naming it and its value.
         """
@@ -262,6 +267,16 @@ class RazorConfig:
         A window of this many tokens whatever N (0: max(s0, N / c)).
         """
     @property
+    def retrieval_storage(self) -> str | None:
+        """
+        "q8", "q4" or None: how retrieval heads store their rows.
+        """
+    @property
+    def rotate_keys(self) -> bool:
+        """
+        Whether keys are stored rotated (decode rotates the queries to match).
+        """
+    @property
     def s0(self) -> int:
         """
         The smallest window, in tokens.
@@ -270,6 +285,11 @@ class RazorConfig:
     def sinks(self) -> int:
         """
         Attention-sink tokens kept.
+        """
+    @property
+    def storage(self) -> str | None:
+        """
+        "q8", "q4" or None: how windows (and retrieval heads, unless retrieval_storage) store their rows.
         """
 class HugePageResource:
     """

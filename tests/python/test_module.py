@@ -270,6 +270,37 @@ class RazorCache(unittest.TestCase):
         self.keys = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
         self.values = [rng.standard_normal((self.n, 2, 16)).astype(np.float32) for _ in range(2)]
 
+    def test_quantised_rows_decode_close_to_float_rows_in_fewer_bytes(self):
+        plan = razorkv.HeadPlan((1, 4, 2, 64))
+        plan.set_retrieval(0, 1)
+        keys = rng.standard_normal((300, 2, 64)).astype(np.float32)
+        values = rng.standard_normal((300, 2, 64)).astype(np.float32)
+        q = rng.standard_normal((4, 64)).astype(np.float32)
+        got = {}
+        for storage, rotate, retrieval in ((None, False, None), ("q8", False, None),
+                                           ("q4", True, None), ("q4", True, "q8")):
+            config = razorkv.RazorConfig(sinks=4, fixed_window=64, storage=storage,
+                                         rotate_keys=rotate, retrieval_storage=retrieval)
+            self.assertEqual((config.storage, config.rotate_keys), (storage, rotate))
+            self.assertEqual(config.retrieval_storage, retrieval or storage)
+            cache = razorkv.RazorCache(plan, "float32", config)
+            cache.compress_layer(0, keys, values)
+            got[(storage, retrieval)] = (cache.decode(0, q), cache.kv_bytes())
+        exact, float_bytes = got[(None, None)]
+        # Each stored value within half a step of its block (a step: the largest magnitude of 32
+        # normal values / 127 or / 8): the outputs follow within a few steps' worth.
+        for key, tolerance in (((("q8", None)), 0.05), ((("q4", None)), 0.4),
+                               ((("q4", "q8")), 0.4)):
+            out, kv_bytes = got[key]
+            np.testing.assert_allclose(out, exact, atol=tolerance, err_msg=str(key))
+            self.assertLess(kv_bytes, float_bytes)
+        self.assertLess(got[("q4", None)][1], got[("q4", "q8")][1])
+        self.assertLess(got[("q4", "q8")][1], got[("q8", None)][1])
+        with self.assertRaisesRegex(razorkv.Error, "storage \\('q5'\\) must be one of 'q8', 'q4'"):
+            razorkv.RazorConfig(storage="q5")
+        with self.assertRaisesRegex(razorkv.Error, "head_dim \\(16\\) a multiple of 32"):
+            razorkv.RazorCache(self.plan, "float32", razorkv.RazorConfig(storage="q8"))
+
     def test_threads_sharing_a_cache_never_crash_and_never_both_compress_a_layer(self):
         # Caches large enough that a decode or a compression takes milliseconds with the GIL
         # released, and that their blocks are mapped pages a release gives back to the system:
