@@ -11,7 +11,10 @@
 //   razorkv_smollm2_eval <model.gguf> <repository root> <output folder>
 //       [--lengths 1024,2048,4096,8128] [--reps 1] [--likelihood 4] [--budget 0.3333]
 //       [--tasks single,multikey,multivalue,vartrack,copy] [--needles number,word,alnum,uuid]
-//       [--chunked] [--prompts-only] [--quick]
+//       [--chunked] [--quant] [--prompts-only] [--quick]
+// --quant runs the KV-quantisation set instead of the baselines: full and razor with rows of
+// float, 8-bit and 4-bit rows (keys rotated or not), razor with 8-bit retrieval heads beside 4-bit
+// windows.
 // tools/eval/README.md gives the commands that made docs/real_model.md's tables.
 #include <algorithm>
 #include <chrono>
@@ -24,6 +27,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <razorkv/eval.hpp>
@@ -46,6 +50,7 @@ struct options {
   std::vector<std::string> tasks = {"single", "multikey", "multivalue", "vartrack", "copy"};
   std::vector<std::string> needles = {"number", "word", "alnum", "uuid"};  ///< single's kinds
   bool chunked = false;
+  bool quant = false;         ///< the quantised storages instead of the baselines
   bool prompts_only = false;  ///< write the .jsonl files, run no policy (for llama.cpp, kvpress)
 };
 
@@ -107,6 +112,8 @@ options parse(int argc, char** argv) {
       o.needles = split(value());
     } else if (a == "--chunked") {
       o.chunked = true;
+    } else if (a == "--quant") {
+      o.quant = true;
     } else if (a == "--prompts-only") {
       o.prompts_only = true;
     } else if (a == "--quick") {
@@ -173,6 +180,31 @@ bool fits(const razorkv::head_plan& plan, const razorkv::memory_budget& budget, 
   } catch (const razorkv::error&) {
     return false;
   }
+}
+
+// The quantisation set: the full cache and razor (at `budget` entries) with rows of float, 8-bit
+// and 4-bit rows (keys rotated or not), and razor with 8-bit retrieval heads beside 4-bit windows.
+std::vector<razorkv::policy> quantised_policies(const razorkv::head_plan& plan) {
+  using razorkv::kv_storage;
+  constexpr auto kQ8 = razorkv::row_format::kQ8, kQ4 = razorkv::row_format::kQ4;
+  std::vector<razorkv::policy> out = {razorkv::full_policy(), razorkv::razor_policy("razor", plan)};
+  const std::pair<const char*, kv_storage> storages[] = {
+      {"q8", kv_storage::both(kQ8)},
+      {"q4", kv_storage::both(kQ4)},
+      {"q4 rotated", kv_storage::both(kQ4, true)}};
+  for (const auto& [name, storage] : storages) {
+    out.push_back(razorkv::full_policy{std::string("full ") + name, storage});
+  }
+  for (const auto& [name, storage] : storages) {
+    razorkv::razor_config config;
+    config.storage = storage;
+    out.push_back(razorkv::razor_policy(std::string("razor ") + name, plan, config));
+  }
+  razorkv::razor_config split;
+  split.storage = kv_storage::both(kQ4, true);
+  split.retrieval_storage = kv_storage::both(kQ8, true);
+  out.push_back(razorkv::razor_policy("razor q4 rotated, retrieval q8", plan, split));
+  return out;
 }
 
 // The policies that compress a document of `tokens` tokens alone to `budget`; the random plan is
@@ -296,9 +328,13 @@ int main(int argc, char** argv) {
             ++prompts_run;
             if (o.prompts_only) continue;
             tiny_llama::task_policies policies;
-            policies.agnostic = agnostic_policies(plan, scores, head_dim, seed, budget,
-                                                  static_cast<index_t>(p.document.size()));
-            policies.aware = {razorkv::snapkv_policy()};
+            if (o.quant) {
+              policies.agnostic = quantised_policies(plan);
+            } else {
+              policies.agnostic = agnostic_policies(plan, scores, head_dim, seed, budget,
+                                                    static_cast<index_t>(p.document.size()));
+              policies.aware = {razorkv::snapkv_policy()};
+            }
             if (o.chunked) policies.chunked_plan = &plan;
             const std::vector<tiny_llama::policy_answer> answers =
                 tiny_llama::answer_task(m, p, policies, budget);
@@ -318,14 +354,14 @@ int main(int argc, char** argv) {
                       << csv(expected) << '\n';
             }
             results.flush();
-            std::printf(
-                "%5lld %-10s %-6s depth %.2f: full %d razor %d streaming %d snapkv %d "
-                "| %s | %.0f s\n",
-                static_cast<long long>(length), task, needle, depths[d], answers[0].correct,
-                answers[index_of(policies.agnostic, "razor")].correct,
-                answers[index_of(policies.agnostic, "streaming_llm")].correct,
-                answers[index_of(policies.agnostic, "snapkv")].correct,
-                json_string(answers[0].generated).c_str(), seconds_since(start));
+            const char* second = o.quant ? "razor q8" : "streaming_llm";
+            const char* third = o.quant ? "razor q4 rotated" : "snapkv";
+            std::printf("%5lld %-10s %-6s depth %.2f: full %d razor %d %s %d %s %d | %s | %.0f s\n",
+                        static_cast<long long>(length), task, needle, depths[d], answers[0].correct,
+                        answers[index_of(policies.agnostic, "razor")].correct, second,
+                        answers[index_of(policies.agnostic, second)].correct, third,
+                        answers[index_of(policies.agnostic, third)].correct,
+                        json_string(answers[0].generated).c_str(), seconds_since(start));
             std::fflush(stdout);
           }
         }
@@ -334,7 +370,8 @@ int main(int argc, char** argv) {
       const index_t prefix = std::min<index_t>(length, m.weights.cfg().max_context - 129);
       std::mt19937_64 rng(static_cast<std::uint64_t>(length) * 7919u);
       const std::vector<razorkv::policy> policies =
-          agnostic_policies(plan, scores, head_dim, 1, budget, prefix);
+          o.quant ? quantised_policies(plan)
+                  : agnostic_policies(plan, scores, head_dim, 1, budget, prefix);
       for (int t = 0; t < o.likelihood; ++t) {
         const auto first = static_cast<std::ptrdiff_t>(razorkv::detail::uniform_below(
             rng, haystack.size() - static_cast<std::size_t>(prefix + 128)));
@@ -355,13 +392,14 @@ int main(int argc, char** argv) {
         likelihood.flush();
         const auto& full = outcomes[0];
         const auto& razor = outcomes[index_of(policies, "razor")];
-        const auto& streaming = outcomes[index_of(policies, "streaming_llm")];
+        const char* other = o.quant ? "razor q4 rotated" : "streaming_llm";
+        const auto& third = outcomes[index_of(policies, other)];
         std::printf(
-            "%5lld likelihood %d: ppl full %.3f razor %.3f (KL %.4f) streaming %.3f | "
+            "%5lld likelihood %d: ppl full %.3f razor %.3f (KL %.4f) %s %.3f (KL %.4f) | "
             "%.0f s\n",
             static_cast<long long>(length), t, std::exp(full.nll / full.scored),
-            std::exp(razor.nll / razor.scored), razor.kl / razor.scored,
-            std::exp(streaming.nll / streaming.scored), seconds_since(start));
+            std::exp(razor.nll / razor.scored), razor.kl / razor.scored, other,
+            std::exp(third.nll / third.scored), third.kl / third.scored, seconds_since(start));
         std::fflush(stdout);
       }
       std::printf("%lld tokens: %d prompts and %d likelihood trials in %.0f s\n",
