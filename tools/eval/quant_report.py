@@ -1,7 +1,7 @@
 """The KV-quantisation table: razor and the full cache with rows of float, 8-bit and 4-bit rows
 (razorkv_smollm2_eval --quant), beside llama.cpp's q8_0 and q4_0 caches on the same prompts.
 
-    python3 tools/eval/quant_report.py QUANT_RUN_DIR [LLAMA_CPP_RUN_DIR ...]
+    python3 tools/eval/quant_report.py QUANT_RUN_DIR... [--beside LLAMA_CPP_RUN_DIR...]
 
 Bytes are against a 16-bit full cache, the cache llama.cpp and most engines keep. razorkv's
 engine stores float: a cache of rows of T counts as the 16-bit cache it would be (its fraction of
@@ -21,8 +21,10 @@ import report  # noqa: E402  (the loader and the intervals the other tables use)
 
 
 def main() -> None:
-    quant_dir, others = Path(sys.argv[1]), sys.argv[2:]
-    ours, ours_likelihood = report.load([quant_dir])
+    args = sys.argv[1:]
+    split = args.index("--beside") if "--beside" in args else len(args)
+    quant_dirs, others = args[:split], args[split + 1:]
+    ours, ours_likelihood = report.load(quant_dirs)
     theirs, theirs_likelihood = report.load(others)
     prompts = {report.prompt_key(r) for r in ours}
     rows = ours + [r for r in theirs
@@ -60,7 +62,7 @@ def main() -> None:
         a[1] += float(r["kl"])
         a[2] += int(r["scored"])
 
-    cells = ", ".join(f"{v} at {n:,}" for v, n in sorted(solved))
+    cells = ", ".join(f"{v} at {n:,}" for v, n in sorted(solved, key=lambda c: (c[1], c[0])))
     print(f"Accuracy on the prompts of the cells the full cache solves ({cells}).\n")
     print("| cache | KV bytes / 16-bit full | accuracy, % [95% interval] | all prompts | "
           + " | ".join(f"ppl / KL at {n:,}" for n in lengths) + " |")
