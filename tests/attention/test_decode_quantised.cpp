@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "support/counting_resource.hpp"
 #include "support/expect_error.hpp"
 #include "support/random_heads.hpp"
 #include "support/test_support.hpp"
@@ -320,6 +321,25 @@ TEST(RazorkvQuantisedKernels, ANanReadsBackAsNanAndAnInfinityClamps) {
     EXPECT_GE(v[40], 60000.0f);
     EXPECT_NEAR(v[0], 1.0f, 1e-3f);
   }
+}
+
+TEST(RazorkvQuantisedKernels, ACompressionAfterClearReusesTheQuantisedBuffers) {
+  constexpr index_t kKvHeads = 2, kDim = 64, kPrompt = 300;
+  razorkv::head_plan plan(razorkv::model_shape{1, 4, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  razorkv::razor_config config;
+  config.fixed_window = 64;
+  config.storage = kv_storage::both(kQ4, true);
+  config.retrieval_storage = kv_storage::both(kQ8, true);
+  razorkv_test::counting_resource memory;
+  razorkv::razor_kv_cache<float> cache(plan, config, &memory);
+  std::mt19937_64 rng(29);
+  const auto keys = random_tokens<float>(kPrompt, kKvHeads, kDim, rng);
+  cache.compress_layer(0, nhd(keys, kKvHeads, kDim), nhd(keys, kKvHeads, kDim));
+  const long allocations = memory.allocations;
+  cache.clear();
+  cache.compress_layer(0, nhd(keys, kKvHeads, kDim), nhd(keys, kKvHeads, kDim));
+  EXPECT_EQ(memory.allocations, allocations);
 }
 
 TEST(RazorkvQuantisedErrors, StorageTheCacheCannotHoldIsANamedError) {

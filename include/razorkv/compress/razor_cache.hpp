@@ -650,7 +650,8 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     // window, a retrieval head's rows).
     const auto rows_for = [&](auto& old, index_t needed, const kv_storage& storage = {}) {
       using rows_t = std::remove_reference_t<decltype(old)>;  // head_rows of T, or of double
-      if (old.capacity() >= needed && needed > 0 && old.storage() == storage) {
+      if (old.capacity() >= needed && needed > 0 && old.key_format() == storage.keys &&
+          old.value_format() == storage.values) {
         rows_t reused = std::move(old);
         reused.set_rows(0);
         return reused;
