@@ -361,6 +361,39 @@ TEST(RazorkvQuantisedErrors, StorageTheCacheCannotHoldIsANamedError) {
                        "storage.values is q4, which needs head_dim (80)");
 }
 
+// A source of the caller's whose one span holds quantised rows as given.
+struct one_quantised_span {
+  using value_type = float;
+  razorkv::kv_span<float> held;
+  index_t num_layers() const { return 1; }
+  index_t num_kv_heads() const { return 1; }
+  index_t head_dim() const { return held.keys.cols(); }
+  index_t num_spans(index_t, index_t) const { return 1; }
+  razorkv::kv_span<float> span(index_t, index_t, index_t) const { return held; }
+};
+
+TEST(RazorkvQuantisedErrors, MalformedQuantisedRowsOfASourceAreNamedErrors) {
+  constexpr index_t kDim = 64;
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(4 * 68));
+  std::vector<float> q(2 * kDim, 0.5f), out(q.size());
+  const auto decode = [&](const razorkv::quantised_rows& keys) {
+    const razorkv::quantised_rows values{bytes.data(), 4, kDim, 68, kQ8};
+    const one_quantised_span source{
+        {razorkv::kv_rows<float>(keys), razorkv::kv_rows<float>(values), 0.0f, false}};
+    razorkv::decode_attention(source, 0, razorkv::matrix_view<const float>(q.data(), 2, kDim),
+                              razorkv::matrix_view<float>(out.data(), 2, kDim));
+  };
+  EXPECT_NO_THROW(decode({bytes.data(), 4, kDim, 68, kQ8}));
+  std::fill(out.begin(), out.end(), 7.0f);  // what a failed call must leave as it is
+  RAZORKV_EXPECT_ERROR(decode({bytes.data(), 4, kDim, 60, kQ8}), kInvalidArgument,
+                       "quantised keys has a stride of 60 bytes, less than a row's 68");
+  RAZORKV_EXPECT_ERROR(decode({nullptr, 4, kDim, 68, kQ8}), kInvalidArgument,
+                       "quantised keys has 4 rows and no data");
+  RAZORKV_EXPECT_ERROR(decode({bytes.data(), 4, kDim, 68, static_cast<row_format>(9)}),
+                       kInvalidArgument, "has row format 9, not q8 or q4");
+  EXPECT_EQ(out, std::vector<float>(q.size(), 7.0f));
+}
+
 TEST(RazorkvQuantisedErrors, ReadersOfRowsOfTOnlyNameTheFormat) {
   constexpr index_t kDim = 64;
   std::mt19937_64 rng(3);

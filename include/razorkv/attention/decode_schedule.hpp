@@ -159,6 +159,10 @@ decode_work<typename Source::value_type, TO> prepare_decode(
                     kShapeMismatch, where, ": span ", i, " of layer ", layer, " kv head ", h,
                     " has keys [", span.keys.rows(), ", ", span.keys.cols(), "] and values [",
                     span.values.rows(), ", ", span.values.cols(), "], head_dim is ", head_dim);
+      // Quantised rows of a source razorkv did not build are checked like any other view.
+      if (span.keys.is_quantised()) span.keys.quantised().check(where, "a span's quantised keys");
+      if (span.values.is_quantised())
+        span.values.quantised().check(where, "a span's quantised values");
       RAZORKV_CHECK(std::isfinite(span.log_weight), kInvalidArgument, where, ": span ", i,
                     " of layer ", layer, " kv head ", h, " has log_weight (", span.log_weight,
                     "), must be finite");

@@ -88,6 +88,22 @@ struct quantised_rows {
     RAZORKV_DASSERT(r >= 0 && r < rows);
     return data + r * stride;
   }
+  /// Throws kInvalidArgument naming `what` and the field unless the view is well formed: a q8 or
+  /// q4 format, cols a positive multiple of kQuantBlock, rows >= 0, a stride of at least one row's
+  /// bytes, and data non-null when it has rows. What a reader of a source it did not build checks.
+  void check(const char* where, const char* what) const {
+    RAZORKV_CHECK(format == row_format::kQ8 || format == row_format::kQ4, kInvalidArgument, where,
+                  ": ", what, " has row format ", static_cast<int>(format), ", not q8 or q4");
+    RAZORKV_CHECK(cols > 0 && cols % kQuantBlock == 0 && rows >= 0, kInvalidArgument, where, ": ",
+                  what, " is [", rows, ", ", cols, "]; cols must be a positive multiple of ",
+                  kQuantBlock);
+    const index_t row_bytes = quantised_row_bytes(format, cols);
+    RAZORKV_CHECK(stride >= row_bytes || rows <= 1, kInvalidArgument, where, ": ", what,
+                  " has a stride of ", stride, " bytes, less than a row's ", row_bytes);
+    RAZORKV_CHECK(data != nullptr || rows == 0, kInvalidArgument, where, ": ", what, " has ", rows,
+                  " rows and no data");
+  }
+
   /// Rows [first, first + count).
   quantised_rows middle_rows(index_t first, index_t count) const {
     RAZORKV_CHECK(first >= 0 && count >= 0 && first <= rows && count <= rows - first, kOutOfRange,
