@@ -95,20 +95,87 @@ inline void load_row_vectors(const S* RAZORKV_RESTRICT row, simd_t<Acc>* vectors
   }
 }
 
+// Asks for the cache lines of [p, p + bytes) to be brought into L1.
+inline void prefetch_lines(const char* p, index_t bytes) noexcept {
+  for (index_t b = 0; b < bytes; b += 64) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    // GCC 12 deletes __builtin_prefetch in prefetch_rows' loop (seen in its assembly); asm stays.
+    asm volatile("prefetcht0 %0" : : "m"(*(p + b)));
+#elif defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p + b, 0, 3);
+#else
+    (void)p;
+#endif
+  }
+}
+
+// How the micro-kernels read a block of stored rows (row r's columns from c on), one per kind of
+// row, so that one dot product and one value sum serve them all:
+//  - typed_rows: rows of S at a row stride, read in place, as load_row_vectors loads them;
+//  - quantised_kernel_rows: 8- or 4-bit blocks, each vector widened from its bytes and multiplied
+//    by its block's scale in registers (scales: the rows' block scales as floats, row_scales).
+template <class Acc, class S, bool kSplit, int kReaders>
+struct typed_rows {
+  static constexpr int kUnit = kSplit ? 2 : 1;  // vectors loaded together
+  const S* RAZORKV_RESTRICT data;
+  index_t stride;
+
+  typed_rows from_row(index_t r) const noexcept { return {data + r * stride, stride}; }
+  template <int kCount>
+  void load(index_t r, index_t c, simd_t<Acc>* vectors) const noexcept {
+    load_row_vectors<Acc, S, kCount, kSplit, kReaders>(data + r * stride + c, vectors);
+  }
+  Acc at(index_t r, index_t c) const noexcept { return to_accum<Acc>(data[r * stride + c]); }
+  void prefetch(index_t r, index_t c, index_t count) const noexcept {
+    prefetch_lines(reinterpret_cast<const char*>(data + r * stride + c),
+                   count * static_cast<index_t>(sizeof(S)));
+  }
+};
+
+#if defined(__GNUC__) || defined(__clang__)
+template <row_format kFormat>
+struct quantised_kernel_rows {
+  static constexpr int kUnit = 1;
+  const std::uint8_t* RAZORKV_RESTRICT data;
+  index_t stride;  // bytes
+  const float* RAZORKV_RESTRICT scales;
+  index_t blocks;  // per row
+
+  quantised_kernel_rows from_row(index_t r) const noexcept {
+    return {data + r * stride, stride, scales + r * blocks, blocks};
+  }
+  template <int kCount>
+  void load(index_t r, index_t c, simd_t<float>* vectors) const noexcept {
+    constexpr int kW = simd_lanes<float>;
+    RAZORKV_UNROLL
+    for (int j = 0; j < kCount; ++j) {
+      const index_t column = c + j * kW;
+      vectors[j] = quantised_vector<kFormat>(
+          data + r * stride, column, simd_broadcast(scales[r * blocks + column / kQuantBlock]));
+    }
+  }
+  float at(index_t r, index_t c) const noexcept {  // unused: head_dim is a multiple of kQuantBlock
+    return quantised_vector<kFormat>(
+        data + r * stride, c - c % simd_lanes<float>,
+        simd_broadcast(scales[r * blocks + c / kQuantBlock]))[c % simd_lanes<float>];
+  }
+  void prefetch(index_t, index_t, index_t) const noexcept {}
+};
+#endif
+
 // scores[r * kQ + q] = queries[q] . keys[r] for r < kRows, q < kQ (a block's weights are row by
 // row, see attend_head). One load of each key vector feeds all kQ queries (the GQA group), which
 // is what keeps decode memory-bound; kQ * kRows independent accumulators keep the FMA pipes busy,
-// and their horizontal sums land in score order, one store (a vector at GQA 8). With kSplit the
-// queries are in split column order (and dim a multiple of 2 * kW): each lane then adds its
-// products in another, equally fixed, order.
-// (Array bounds from the int template parameters are spelled std::size_t{...}: the build's
+// and their horizontal sums land in score order, one store (a vector at GQA 8). Rows read in
+// pairs of vectors (Rows::kUnit 2: split bfloat16 rows) come with queries in split column order
+// (and dim a multiple of 2 * kW): each lane then adds its products in another, equally fixed,
+// order. (Array bounds from the int template parameters are spelled std::size_t{...}: the build's
 // -Wsign-conversion flags an int bound, and the braces prove at compile time that it fits.)
-template <class Acc, class S, int kQ, int kRows, int kDim, bool kSplit>
-inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTRICT keys,
-                     index_t key_stride, index_t runtime_dim,
+template <class Acc, class Rows, int kQ, int kRows, int kDim>
+inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const Rows& keys, index_t runtime_dim,
                      Acc* RAZORKV_RESTRICT scores) noexcept {
   constexpr int kW = simd_lanes<Acc>;
-  constexpr int kUnit = kSplit ? 2 : 1;  // vectors per step
+  constexpr int kUnit = Rows::kUnit;  // vectors per step
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
   const index_t vector_end = (dim / kW) * kW;
   simd_t<Acc> acc[std::size_t{kRows}][std::size_t{kQ}];
@@ -121,8 +188,7 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
   for (index_t c = 0; c < vector_end; c += kUnit * kW) {
     simd_t<Acc> key[std::size_t{kRows}][std::size_t{kUnit}];
     RAZORKV_UNROLL
-    for (int r = 0; r < kRows; ++r)
-      load_row_vectors<Acc, S, kUnit, kSplit, kQ>(keys + r * key_stride + c, key[r]);
+    for (int r = 0; r < kRows; ++r) keys.template load<kUnit>(r, c, key[r]);
     RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
       RAZORKV_UNROLL
@@ -147,8 +213,7 @@ inline void dot_rows(const Acc* RAZORKV_RESTRICT queries, const S* RAZORKV_RESTR
 #endif
   for (index_t c = vector_end; c < dim; ++c) {
     for (int r = 0; r < kRows; ++r) {
-      for (int q = 0; q < kQ; ++q)
-        scores[r * kQ + q] += queries[q * dim + c] * to_accum<Acc>(keys[r * key_stride + c]);
+      for (int q = 0; q < kQ; ++q) scores[r * kQ + q] += queries[q * dim + c] * keys.at(r, c);
     }
   }
 }
@@ -174,29 +239,14 @@ inline constexpr int kDotRows = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 2)
 template <int kQ>
 inline constexpr int kValueColumns = pow2_floor((kVectorRegisters - 2) / (kQ + 1), 8);
 
-// Asks for the cache lines of [p, p + bytes) to be brought into L1.
-inline void prefetch_lines(const char* p, index_t bytes) noexcept {
-  for (index_t b = 0; b < bytes; b += 64) {
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-    // GCC 12 deletes __builtin_prefetch in prefetch_rows' loop (seen in its assembly); asm stays.
-    asm volatile("prefetcht0 %0" : : "m"(*(p + b)));
-#elif defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p + b, 0, 3);
-#else
-    (void)p;
-#endif
-  }
-}
-
 // out[q][c, c + kCount * kW) += sum_r weights[r * kQ + q] * values[r][same columns] for
 // r < rows, q < kQ: each value vector is loaded once for all kQ queries, and kQ x kCount
 // accumulators stay in registers across the rows, so each weight is broadcast once per kCount
 // vectors. With kAhead > 0, reading row r also asks for the same columns of row r + kAhead, for
 // r < rows_ahead (the rows whose row kAhead further on exists).
-template <class Acc, class S, int kQ, int kCount, bool kSplit, index_t kAhead>
-inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
-                               const S* RAZORKV_RESTRICT values, index_t value_stride, index_t rows,
-                               index_t rows_ahead, index_t dim, index_t c,
+template <class Acc, class Rows, int kQ, int kCount, index_t kAhead>
+inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights, const Rows& values,
+                               index_t rows, index_t rows_ahead, index_t dim, index_t c,
                                Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   simd_t<Acc> acc[std::size_t{kQ}][std::size_t{kCount}];
@@ -207,13 +257,10 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
   }
   for (index_t r = 0; r < rows; ++r) {
     if constexpr (kAhead > 0) {
-      if (r < rows_ahead) {
-        prefetch_lines(reinterpret_cast<const char*>(values + (r + kAhead) * value_stride + c),
-                       kCount * kW * static_cast<index_t>(sizeof(S)));
-      }
+      if (r < rows_ahead) values.prefetch(r + kAhead, c, kCount * kW);
     }
     simd_t<Acc> v[std::size_t{kCount}];
-    load_row_vectors<Acc, S, kCount, kSplit, kQ>(values + r * value_stride + c, v);
+    values.template load<kCount>(r, c, v);
     RAZORKV_UNROLL
     for (int q = 0; q < kQ; ++q) {
       const simd_t<Acc> w = simd_broadcast(weights[r * kQ + q]);
@@ -229,34 +276,33 @@ inline void accumulate_columns(const Acc* RAZORKV_RESTRICT weights,
 }
 
 // out[q] += sum_r weights[r * kQ + q] * values[r] for r < rows, q < kQ, in column blocks
-// of kValueColumns vectors, then of one vector (a pair with kSplit, where out is in split
-// column order and dim a multiple of 2 * kW), then column by column. Each column's sum runs over
-// the rows in order, whatever the blocks. With kAhead > 0 the vector columns of rows kAhead
-// further on are prefetched as they go, for the first rows_ahead rows (see accumulate_columns).
-template <class Acc, class S, int kQ, int kDim, bool kSplit, index_t kAhead>
-inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const S* RAZORKV_RESTRICT values,
-                              index_t value_stride, index_t rows, index_t rows_ahead,
-                              index_t runtime_dim, Acc* RAZORKV_RESTRICT out) noexcept {
+// of kValueColumns vectors, then of Rows::kUnit vectors (a pair for split rows, where out
+// is in split column order and dim a multiple of 2 * kW), then column by column. Each column's sum
+// runs over the rows in order, whatever the blocks. With kAhead > 0 the vector columns of rows
+// kAhead further on are prefetched as they go, for the first rows_ahead rows (see
+// accumulate_columns).
+template <class Acc, class Rows, int kQ, int kDim, index_t kAhead>
+inline void accumulate_values(const Acc* RAZORKV_RESTRICT weights, const Rows& values, index_t rows,
+                              index_t rows_ahead, index_t runtime_dim,
+                              Acc* RAZORKV_RESTRICT out) noexcept {
   constexpr int kW = simd_lanes<Acc>;
   constexpr int kC = kValueColumns<kQ>;
-  constexpr int kUnit = kSplit ? 2 : 1;
+  constexpr int kUnit = Rows::kUnit;
   const index_t dim = kDim > 0 ? kDim : runtime_dim;
   const index_t vector_end = (dim / kW) * kW;
   index_t c = 0;
   for (; c + kC * kW <= vector_end; c += kC * kW) {
-    accumulate_columns<Acc, S, kQ, kC, kSplit, kAhead>(weights, values, value_stride, rows,
-                                                       rows_ahead, dim, c, out);
+    accumulate_columns<Acc, Rows, kQ, kC, kAhead>(weights, values, rows, rows_ahead, dim, c, out);
   }
-  // (With kSplit, dim and every block are whole pairs of vectors, so this steps onto vector_end.)
+  // (With split rows, dim and every block are whole pairs of vectors: this steps onto vector_end.)
   for (; c < vector_end; c += kUnit * kW) {
-    accumulate_columns<Acc, S, kQ, kUnit, kSplit, kAhead>(weights, values, value_stride, rows,
-                                                          rows_ahead, dim, c, out);
+    accumulate_columns<Acc, Rows, kQ, kUnit, kAhead>(weights, values, rows, rows_ahead, dim, c,
+                                                     out);
   }
   for (; c < dim; ++c) {
     for (int q = 0; q < kQ; ++q) {
       Acc sum = out[q * dim + c];
-      for (index_t r = 0; r < rows; ++r)
-        sum += weights[r * kQ + q] * to_accum<Acc>(values[r * value_stride + c]);
+      for (index_t r = 0; r < rows; ++r) sum += weights[r * kQ + q] * values.at(r, c);
       out[q * dim + c] = sum;
     }
   }
@@ -479,6 +525,15 @@ void attend_head(const attend_head_params<T>& call) {
   // In split column order, the kernels read the queries from a copy and keep `out` in that order
   // until the end.
   constexpr bool kSplit = kSplitColumns<T, kQ, kDim>;
+  // Quantised rows are read where they are stored, widened and scaled in registers, where the
+  // kernels hold float columns in order; else (double accumulators, split columns) they are
+  // dequantised into the scratch first.
+  constexpr bool kFusedQuantised =
+#if defined(__GNUC__) || defined(__clang__)
+      std::is_same_v<Acc, float> && !kSplit;
+#else
+      false;
+#endif
   alignas(64) Acc split_queries[std::size_t{kSplit ? kQ * kDim : 1}];
   const Acc* kernel_queries = queries;
   if constexpr (kSplit) {
@@ -530,19 +585,40 @@ void attend_head(const attend_head_params<T>& call) {
     for (index_t sub = 0; sub < count; sub += kWidenRows) {
       const index_t sub_rows = min_of(kWidenRows, count - sub);
       Acc* scores = block_weights + (at + sub) * kQ;
-      if (span.keys.is_quantised()) {
-        // Dequantised rows are Acc in the scratch (in split order with the queries), read as
-        // they lie; the value scratch is free while a piece of keys is scored.
-        dequantise_kernel_rows<Acc, kSplit>(span.keys.quantised(), first + sub, sub_rows,
-                                            key_scratch, value_scratch);
+      // The scores of sub_rows rows read through `keys` (see typed_rows); prefetch(r) may ask
+      // for rows ahead of row r.
+      const auto score_rows = [&](const auto& keys, const auto& prefetch) {
+        using Rows = std::decay_t<decltype(keys)>;
         index_t r = 0;
         for (; r + kRows <= sub_rows; r += kRows) {
-          dot_rows<Acc, Acc, kQ, kRows, kDim, false>(kernel_queries, key_scratch + r * dim, dim,
-                                                     dim, scores + r * kQ);
+          prefetch(r);
+          dot_rows<Acc, Rows, kQ, kRows, kDim>(kernel_queries, keys.from_row(r), dim,
+                                               scores + r * kQ);
         }
         for (; r < sub_rows; ++r) {
-          dot_rows<Acc, Acc, kQ, 1, kDim, false>(kernel_queries, key_scratch + r * dim, dim, dim,
-                                                 scores + r * kQ);
+          dot_rows<Acc, Rows, kQ, 1, kDim>(kernel_queries, keys.from_row(r), dim, scores + r * kQ);
+        }
+      };
+      const auto no_prefetch = [](index_t) {};
+      if (span.keys.is_quantised()) {
+        const quantised_rows& q = span.keys.quantised();
+        if constexpr (kFusedQuantised) {
+          // The scratch holds the rows' scales; the integers are read where they are stored.
+          row_scales(q, first + sub, sub_rows, key_scratch);
+          const std::uint8_t* rows = q.data + (first + sub) * q.stride;
+          const index_t blocks = dim / kQuantBlock;
+          if (q.format == row_format::kQ8) {
+            score_rows(quantised_kernel_rows<row_format::kQ8>{rows, q.stride, key_scratch, blocks},
+                       no_prefetch);
+          } else {
+            score_rows(quantised_kernel_rows<row_format::kQ4>{rows, q.stride, key_scratch, blocks},
+                       no_prefetch);
+          }
+        } else {
+          // Dequantised rows are Acc in the scratch (in split order with the queries), read as
+          // they lie; the value scratch is free while a piece of keys is scored.
+          dequantise_kernel_rows<Acc, kSplit>(q, first + sub, sub_rows, key_scratch, value_scratch);
+          score_rows(typed_rows<Acc, Acc, false, kQ>{key_scratch, dim}, no_prefetch);
         }
         continue;
       }
@@ -550,21 +626,14 @@ void attend_head(const attend_head_params<T>& call) {
       index_t key_stride = 0;
       const kernel_row_t<T>* keys =
           block_rows(typed_keys, first + sub, sub_rows, key_scratch, key_stride);
-      index_t r = 0;
-      for (; r + kRows <= sub_rows; r += kRows) {
+      score_rows(typed_rows<Acc, kernel_row_t<T>, kSplit, kQ>{keys, key_stride}, [&](index_t r) {
         constexpr index_t kAhead = kPrefetchRows<T, kQ>;
         if constexpr (kAhead > 0) prefetch_rows(typed_keys, first + sub + r + kAhead, kRows);
         if constexpr (kValuePrefetch<T, kQ> == value_prefetch::with_keys) {
           if (!span.values.is_quantised())
             prefetch_rows(span.values.typed(), first + sub + r + kAhead, kRows);
         }
-        dot_rows<Acc, kernel_row_t<T>, kQ, kRows, kDim, kSplit>(
-            kernel_queries, keys + r * key_stride, key_stride, dim, scores + r * kQ);
-      }
-      for (; r < sub_rows; ++r) {
-        dot_rows<Acc, kernel_row_t<T>, kQ, 1, kDim, kSplit>(kernel_queries, keys + r * key_stride,
-                                                            key_stride, dim, scores + r * kQ);
-      }
+      });
     }
     // Skipped for a dense span's weight 0, which would change no bit.
     const Acc log_weight = static_cast<Acc>(span.log_weight);
@@ -581,12 +650,26 @@ void attend_head(const attend_head_params<T>& call) {
     static_assert(kAhead == 0 || std::is_same_v<kernel_row_t<T>, T>,
                   "razorkv: prefetched rows are read where they are stored");
     if (span.values.is_quantised()) {
+      const quantised_rows& q = span.values.quantised();
       for (index_t sub = 0; sub < count; sub += kWidenRows) {
         const index_t sub_rows = min_of(kWidenRows, count - sub);
-        dequantise_kernel_rows<Acc, kSplit>(span.values.quantised(), first + sub, sub_rows,
-                                            value_scratch, key_scratch);
-        accumulate_values<Acc, Acc, kQ, kDim, false, 0>(previous_weights + (at + sub) * kQ,
-                                                        value_scratch, dim, sub_rows, 0, dim, out);
+        const Acc* weights = previous_weights + (at + sub) * kQ;
+        if constexpr (kFusedQuantised) {
+          row_scales(q, first + sub, sub_rows, value_scratch);
+          const std::uint8_t* rows = q.data + (first + sub) * q.stride;
+          const index_t blocks = dim / kQuantBlock;
+          if (q.format == row_format::kQ8) {
+            accumulate_values<Acc, quantised_kernel_rows<row_format::kQ8>, kQ, kDim, 0>(
+                weights, {rows, q.stride, value_scratch, blocks}, sub_rows, 0, dim, out);
+          } else {
+            accumulate_values<Acc, quantised_kernel_rows<row_format::kQ4>, kQ, kDim, 0>(
+                weights, {rows, q.stride, value_scratch, blocks}, sub_rows, 0, dim, out);
+          }
+        } else {
+          dequantise_kernel_rows<Acc, kSplit>(q, first + sub, sub_rows, value_scratch, key_scratch);
+          accumulate_values<Acc, typed_rows<Acc, Acc, false, kQ>, kQ, kDim, 0>(
+              weights, {value_scratch, dim}, sub_rows, 0, dim, out);
+        }
       }
       return;
     }
@@ -601,8 +684,9 @@ void attend_head(const attend_head_params<T>& call) {
           kAhead > 0
               ? max_of<index_t>(0, min_of(sub_rows, typed_values.rows() - (first + sub) - kAhead))
               : 0;
-      accumulate_values<Acc, kernel_row_t<T>, kQ, kDim, kSplit, kAhead>(
-          previous_weights + (at + sub) * kQ, values, value_stride, sub_rows, rows_ahead, dim, out);
+      accumulate_values<Acc, typed_rows<Acc, kernel_row_t<T>, kSplit, kQ>, kQ, kDim, kAhead>(
+          previous_weights + (at + sub) * kQ, {values, value_stride}, sub_rows, rows_ahead, dim,
+          out);
     }
   };
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <Eigen/Core>
+
 #include "razorkv/config.hpp"
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/kernels/simd.hpp"
@@ -98,6 +100,71 @@ inline void nibbles_to_float(const std::uint8_t* p, simd_t<float> d, float* x) n
     simd_store(x + kQuantBlock / 2 + j, (bytes_to_float<false>(nibbles[1]) - eight) * d);
   }
 #endif
+}
+
+// The kW bytes at p as floats: their low nibbles, or with `high` their high nibbles (0 to 15).
+inline simd_t<float> nibbles_to_float(const std::uint8_t* p, bool high) noexcept {
+  simd_t<float> out;
+#if defined(__AVX512F__)
+  const __m512i wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i n =
+      high ? _mm512_srli_epi32(wide, 4) : _mm512_and_si512(wide, _mm512_set1_epi32(15));
+  const __m512 f = _mm512_cvtepi32_ps(n);
+  std::memcpy(&out, &f, sizeof(out));
+#elif defined(__AVX2__)
+  const __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i n =
+      high ? _mm256_srli_epi32(wide, 4) : _mm256_and_si256(wide, _mm256_set1_epi32(15));
+  const __m256 f = _mm256_cvtepi32_ps(n);
+  std::memcpy(&out, &f, sizeof(out));
+#else
+  std::uint8_t nibbles[simd_lanes<float>];
+  for (int i = 0; i < simd_lanes<float>; ++i)
+    nibbles[i] = static_cast<std::uint8_t>(high ? p[i] >> 4 : p[i] & 0x0f);
+  out = bytes_to_float<false>(nibbles);
+#endif
+  return out;
+}
+
+// The kW values of a quantised row's columns [c, c + kW), c a multiple of kW (so they lie in one
+// block, whose scale as float is `scale`): the products the scalar reference computes, bit for bit.
+template <row_format kFormat>
+inline simd_t<float> quantised_vector(const std::uint8_t* row, index_t c,
+                                      simd_t<float> scale) noexcept {
+  constexpr index_t kBytes = block_bytes(kFormat);
+  const std::uint8_t* q = row + (c / kQuantBlock) * kBytes + 2;
+  const index_t offset = c % kQuantBlock;
+  if constexpr (kFormat == row_format::kQ8) {
+    return bytes_to_float<true>(q + offset) * scale;
+  } else {
+    // Values [0, 16) of a block are its bytes' low nibbles, [16, 32) their high nibbles.
+    return (nibbles_to_float(q + offset % (kQuantBlock / 2), offset >= kQuantBlock / 2) -
+            simd_broadcast(8.0f)) *
+           scale;
+  }
+}
+
+// The scales of rows [first, first + rows) as floats, row by row ([rows, cols / kQuantBlock]):
+// gathered and widened with the ISA's half conversion a chunk at a time, so that the kernels
+// broadcast a float per vector (converted one by one, they cost as much as the rows' arithmetic).
+inline void row_scales(const quantised_rows& q, index_t first, index_t rows,
+                       float* RAZORKV_RESTRICT scales) noexcept {
+  constexpr index_t kChunk = 64;
+  const index_t blocks = q.cols / kQuantBlock, bytes = block_bytes(q.format);
+  Eigen::half bits[kChunk];
+  index_t gathered = 0, done = 0;
+  for (index_t r = 0; r < rows; ++r) {
+    const std::uint8_t* row = q.data + (first + r) * q.stride;
+    for (index_t b = 0; b < blocks; ++b) {
+      std::memcpy(&bits[gathered++], row + b * bytes, 2);
+      if (gathered == kChunk) {
+        widen_row(bits, scales + done, kChunk);
+        done += kChunk;
+        gathered = 0;
+      }
+    }
+  }
+  widen_row(bits, scales + done, gathered);
 }
 #endif
 
