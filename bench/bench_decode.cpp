@@ -260,6 +260,27 @@ void BM_Compress_RazorCache_FreshKeptPages(benchmark::State& state) {
   compress_layer_case<T, compress_into::kFreshKeptPages>(state);
 }
 
+// BM_Compress_RazorCache<half> with the rows of windows and retrieval heads quantised as they
+// are stored (q8, or q4 with rotated keys): what the quantiser adds to a compression.
+template <razorkv::row_format kFormat>
+void BM_Compress_RazorCache_Quantised(benchmark::State& state) {
+  using T = Eigen::half;
+  const index_t tokens = state.range(0);
+  const auto& dense = layer_cache<T>(tokens);
+  razorkv::razor_config config;
+  config.storage = razorkv::kv_storage::both(kFormat, kFormat == razorkv::row_format::kQ4);
+  razorkv::razor_kv_cache<T> slot(razor_plan(), config);
+  slot.compress_layer(0, dense.keys(0), dense.values(0));
+  for (auto _ : state) {
+    slot.clear(0);
+    slot.compress_layer(0, dense.keys(0), dense.values(0));
+    benchmark::DoNotOptimize(&slot);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * unique_kv_bytes<T>(tokens));
+  state.counters["threads"] = threads();
+}
+
 // A thread that spins on the machine's last core for as long as it lives: another process's
 // work on one of the cores, as a shared machine has.
 class busy_core {
@@ -375,6 +396,10 @@ BENCHMARK_TEMPLATE(BM_Decode_RazorCache, Eigen::bfloat16)->Apply(razor_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache, float)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::half)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache, Eigen::bfloat16)->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_Quantised, razorkv::row_format::kQ8)
+    ->Apply(compress_shapes);
+BENCHMARK_TEMPLATE(BM_Compress_RazorCache_Quantised, razorkv::row_format::kQ4)
+    ->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, float)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::half)->Apply(compress_shapes);
 BENCHMARK_TEMPLATE(BM_Compress_RazorCache_FreshAllocation, Eigen::bfloat16)->Apply(compress_shapes);

@@ -74,37 +74,59 @@ namespace detail {
 // NaN scale (and zeros), so that its values read back as NaN, as a NaN stored as T would; an
 // infinity saturates the scale and its values clamp.
 inline void quantise_block(row_format f, const float* x, std::uint8_t* out) noexcept {
-  float extreme = 0;  // q8: the largest magnitude; q4: the value of largest magnitude
+  // Written as loops a compiler vectorises (an OR, a max, a multiply-round-clamp, each over the
+  // whole block): one value at a time through std::nearbyint (a libm call without SSE4.1) it cost
+  // as much per value as decoding reads per token.
   bool nan = false;
+  float largest = 0;  // the largest magnitude (NaNs skipped)
   for (index_t i = 0; i < kQuantBlock; ++i) {
-    nan = nan || std::isnan(x[i]);
-    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+    nan |= x[i] != x[i];
+    const float a = std::fabs(x[i]);
+    largest = a > largest ? a : largest;
+  }
+  // q4's scale carries the sign of the first value of that magnitude, so that it maps to -8.
+  float extreme = largest;
+  if (f == row_format::kQ4) {
+    for (index_t i = 0; i < kQuantBlock; ++i) {
+      if (std::fabs(x[i]) == largest) {
+        extreme = x[i];
+        break;
+      }
+    }
   }
   const std::uint16_t scale_bits =
       nan ? std::uint16_t{0x7e00}
-          : float_to_half_bits(f == row_format::kQ8 ? std::fabs(extreme) / 127.0f
-                                                    : extreme / -8.0f);
+          : float_to_half_bits(f == row_format::kQ8 ? largest / 127.0f : extreme / -8.0f);
   std::memcpy(out, &scale_bits, 2);
   // The integers are rounded against the scale as stored, so that d * q is what rounding x to
-  // the stored grid gives.
+  // the stored grid gives: to nearest even, by adding and subtracting 1.5 * 2^23 (exact for the
+  // magnitudes below 2^22 that are not clamped anyway; infinities stay infinite and clamp). Where
+  // the compiler fuses the multiply into the add, a product within a float's rounding of a half
+  // may round the other way: either integer is within half a step of the value.
   const float d = half_bits_value(scale_bits);
   const float inverse = d != 0 && !nan ? 1.0f / d : 0.0f;
-  const auto clamped = [inverse](float v, float low, float high) {
-    const float q = std::nearbyint(v * inverse);
-    return q > high ? high : (q >= low ? q : low);  // never NaN, which no integer holds
-  };
+  const float low = f == row_format::kQ8 ? -127.0f : -8.0f;
+  const float high = f == row_format::kQ8 ? 127.0f : 7.0f;
+  float q[kQuantBlock];
+  for (index_t i = 0; i < kQuantBlock; ++i) {
+    const float v = x[i] * inverse;
+    const float rounded = (v + 12582912.0f) - 12582912.0f;
+    // NaN (a NaN block's values times 0) compares false both ways and becomes low; the block
+    // stores zeros then, below.
+    q[i] = rounded > high ? high : (rounded >= low ? rounded : low);
+  }
+  if (nan) {
+    for (index_t i = 0; i < kQuantBlock; ++i) q[i] = 0;
+  }
   if (f == row_format::kQ8) {
-    for (index_t i = 0; i < kQuantBlock; ++i) {
-      const float q = nan ? 0.0f : clamped(x[i], -127.0f, 127.0f);
-      out[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
-    }
+    for (index_t i = 0; i < kQuantBlock; ++i)
+      out[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q[i]));
   } else {
+    // Value i in the low nibble of byte i, value i + 16 in its high nibble (llama.cpp's).
     for (index_t i = 0; i < kQuantBlock / 2; ++i) {
-      const auto nibble = [&](float v) {
-        return static_cast<std::uint8_t>((nan ? 0.0f : clamped(v, -8.0f, 7.0f)) + 8.0f);
-      };
-      // Value i in the low nibble of byte i, value i + 16 in its high nibble (llama.cpp's).
-      out[2 + i] = static_cast<std::uint8_t>(nibble(x[i]) | (nibble(x[i + kQuantBlock / 2]) << 4));
+      out[2 + i] =
+          static_cast<std::uint8_t>(static_cast<unsigned>(q[i] + 8.0f) |
+                                    (static_cast<unsigned>(q[i + kQuantBlock / 2] + 8.0f) << 4));
     }
   }
 }
