@@ -973,28 +973,40 @@ gets ceil(span) as its buffer_override.)doc");
   // The memory calculator.
   m.def(
       "full_kv_bytes",
-      [](const py::tuple& shape, index_t tokens, index_t dtype_bytes) {
-        return razorkv::full_kv_bytes(shape_from(shape), tokens, dtype_bytes);
+      [](const py::tuple& shape, index_t tokens, index_t dtype_bytes,
+         const std::optional<std::string>& storage) {
+        return razorkv::full_kv_bytes(shape_from(shape), tokens, dtype_bytes,
+                                      parse_storage(storage, false, "storage"));
       },
-      py::arg("shape"), py::arg("tokens"), py::arg("dtype_bytes") = 2,
+      py::arg("shape"), py::arg("tokens"), py::arg("dtype_bytes") = 2, py::kw_only(),
+      py::arg("storage") = py::none(),
       "Bytes of a dense K/V cache of the model (num_layers, num_query_heads, num_kv_heads, "
-      "head_dim) at "
-      "`tokens` tokens: 2 * layers * kv heads * head_dim * tokens * dtype_bytes.");
+      "head_dim) at `tokens` tokens: 2 * layers * kv heads * head_dim * tokens * dtype_bytes, "
+      "or with storage \"q8\" / \"q4\" the rows' 8-/4-bit blocks (34 / 18 bytes per 32 "
+      "values).");
   m.def(
       "compressed_kv_bytes",
       [](const razorkv::head_plan& plan, index_t tokens, index_t sinks, index_t s0, double c,
-         index_t dtype_bytes) {
+         index_t dtype_bytes, const std::optional<std::string>& storage,
+         const std::optional<std::string>& retrieval_storage) {
         razorkv::razor_budget b;
         b.sinks = sinks;
         b.s0 = s0;
         b.c = c;
+        b.storage = parse_storage(storage, false, "storage");
+        if (retrieval_storage)
+          b.retrieval_storage = parse_storage(retrieval_storage, false, "retrieval_storage");
         return razorkv::compressed_kv_bytes(plan, tokens, b, dtype_bytes);
       },
       py::arg("plan"), py::arg("tokens"), py::kw_only(), py::arg("sinks") = 4, py::arg("s0") = 4000,
-      py::arg("c") = 5.0, py::arg("dtype_bytes") = 2,
+      py::arg("c") = 5.0, py::arg("dtype_bytes") = 2, py::arg("storage") = py::none(),
+      py::arg("retrieval_storage") = py::none(),
       "Bytes of the plan's razor cache at `tokens` tokens: retrieval heads whole, every other "
       "head its sinks, one compensation token and a window of max(s0, tokens / c) (or its "
-      "buffer_override); a head with no more tokens than sinks and window keeps them all.");
+      "buffer_override); a head with no more tokens than sinks and window keeps them all. With "
+      "storage (\"q8\" or \"q4\", as RazorConfig's) windows and retrieval heads count their "
+      "blocks' bytes (retrieval heads retrieval_storage's when given); sinks and compensation "
+      "tokens stay dtype_bytes.");
   m.def(
       "model_presets",
       [] {

@@ -286,7 +286,23 @@ struct ratio_args {
   std::vector<index_t> seq_lens;
   razorkv::razor_budget budget;
   index_t dtype_bytes = 2;
+  std::string storage = "none", retrieval_storage;  // none, q8 or q4
 };
+
+// --storage / --retrieval-storage: "none" (rows of the dtype), "q8" or "q4", keys and values alike.
+razorkv::kv_storage storage_from(const std::string& name, const char* option) {
+  razorkv::kv_storage storage;
+  if (name == "none") return storage;
+  for (const razorkv::row_format f : {razorkv::row_format::kQ8, razorkv::row_format::kQ4}) {
+    if (name == razorkv::row_format_name(f)) {
+      storage.keys = storage.values = f;
+      return storage;
+    }
+  }
+  RAZORKV_CHECK(false, kInvalidArgument, "ratio: ", option, " ('", name,
+                "') is not none, q8 or q4");
+  return storage;
+}
 
 int run_ratio(const ratio_args& a) {
   std::optional<razorkv::model_shape> shape = shape_from(a.model, "ratio");
@@ -302,23 +318,34 @@ int run_ratio(const ratio_args& a) {
     RAZORKV_CHECK(n > 0, kInvalidArgument, "ratio: --seq-len (", n, ") must be > 0");
   RAZORKV_CHECK(a.dtype_bytes > 0, kInvalidArgument, "ratio: --dtype-bytes (", a.dtype_bytes,
                 ") must be > 0");
-  razorkv::check_budget(a.budget, "ratio");  // before the table's header
+  razorkv::razor_budget budget = a.budget;
+  budget.storage = storage_from(a.storage, "--storage");
+  if (!a.retrieval_storage.empty())
+    budget.retrieval_storage = storage_from(a.retrieval_storage, "--retrieval-storage");
+  razorkv::check_budget(budget, "ratio");  // before the table's header
+  razorkv::check_storage(budget.storage, shape->head_dim, "ratio: --storage");
+  if (budget.retrieval_storage) {
+    razorkv::check_storage(*budget.retrieval_storage, shape->head_dim,
+                           "ratio: --retrieval-storage");
+  }
   std::printf(
       "model: %ld layers, %ld query heads, %ld kv heads, head_dim %ld; %s; N0 %ld, S0 %ld, C %g, "
-      "%ld-byte K/V\n",
+      "%ld-byte K/V; razor rows %s%s%s\n",
       static_cast<long>(shape->num_layers), static_cast<long>(shape->num_query_heads),
       static_cast<long>(shape->num_kv_heads), static_cast<long>(shape->head_dim),
       plan ? "retrieval groups from the plan" : "retrieval fraction",
-      static_cast<long>(a.budget.sinks), static_cast<long>(a.budget.s0), a.budget.c,
-      static_cast<long>(a.dtype_bytes));
+      static_cast<long>(budget.sinks), static_cast<long>(budget.s0), budget.c,
+      static_cast<long>(a.dtype_bytes), razorkv::describe(budget.storage).c_str(),
+      budget.retrieval_storage ? ", retrieval heads " : "",
+      budget.retrieval_storage ? razorkv::describe(*budget.retrieval_storage).c_str() : "");
   std::printf("%12s  %14s  %14s  %8s  %9s\n", "tokens", "full (MiB)", "razor (MiB)", "ratio",
               "reduction");
   for (index_t n : a.seq_lens) {
     const double full = static_cast<double>(razorkv::full_kv_bytes(*shape, n, a.dtype_bytes));
     const double razor =
-        static_cast<double>(plan ? razorkv::compressed_kv_bytes(*plan, n, a.budget, a.dtype_bytes)
+        static_cast<double>(plan ? razorkv::compressed_kv_bytes(*plan, n, budget, a.dtype_bytes)
                                  : razorkv::compressed_kv_bytes(*shape, a.retrieval_fraction, n,
-                                                                a.budget, a.dtype_bytes));
+                                                                budget, a.dtype_bytes));
     std::printf("%12ld  %14.1f  %14.1f  %8.4f  %8.2fx\n", static_cast<long>(n), full / 1048576.0,
                 razor / 1048576.0, razor / full, full / razor);
   }
@@ -560,6 +587,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ratio->add_option("--dtype-bytes", ra.dtype_bytes, "bytes per K/V element")
       ->capture_default_str();
+  ratio
+      ->add_option("--storage", ra.storage,
+                   "razor rows (windows, retrieval heads): none (the dtype), q8 or q4; sinks and "
+                   "compensation tokens stay the dtype")
+      ->capture_default_str();
+  ratio->add_option("--retrieval-storage", ra.retrieval_storage,
+                    "retrieval heads' rows instead: none, q8 or q4");
 
   heatmap_args ha;
   auto* heatmap = app.add_subcommand("heatmap", "SVG heat maps of echo and induction scores");

@@ -470,13 +470,13 @@ def alibi_span(slope: typing.SupportsFloat | typing.SupportsIndex, bound: typing
     """
     The distance beyond which a head with `slope` gives less than eps of its attention when every logit is within [-bound, bound]: (2 bound - ln eps) / slope.
     """
-def compressed_kv_bytes(plan: HeadPlan, tokens: typing.SupportsInt | typing.SupportsIndex, *, sinks: typing.SupportsInt | typing.SupportsIndex = 4, s0: typing.SupportsInt | typing.SupportsIndex = 4000, c: typing.SupportsFloat | typing.SupportsIndex = 5.0, dtype_bytes: typing.SupportsInt | typing.SupportsIndex = 2) -> int:
+def compressed_kv_bytes(plan: HeadPlan, tokens: typing.SupportsInt | typing.SupportsIndex, *, sinks: typing.SupportsInt | typing.SupportsIndex = 4, s0: typing.SupportsInt | typing.SupportsIndex = 4000, c: typing.SupportsFloat | typing.SupportsIndex = 5.0, dtype_bytes: typing.SupportsInt | typing.SupportsIndex = 2, storage: str | None = None, retrieval_storage: str | None = None) -> int:
     """
-    Bytes of the plan's razor cache at `tokens` tokens: retrieval heads whole, every other head its sinks, one compensation token and a window of max(s0, tokens / c) (or its buffer_override); a head with no more tokens than sinks and window keeps them all.
+    Bytes of the plan's razor cache at `tokens` tokens: retrieval heads whole, every other head its sinks, one compensation token and a window of max(s0, tokens / c) (or its buffer_override); a head with no more tokens than sinks and window keeps them all. With storage ("q8" or "q4", as RazorConfig's) windows and retrieval heads count their blocks' bytes (retrieval heads retrieval_storage's when given); sinks and compensation tokens stay dtype_bytes.
     """
-def full_kv_bytes(shape: tuple, tokens: typing.SupportsInt | typing.SupportsIndex, dtype_bytes: typing.SupportsInt | typing.SupportsIndex = 2) -> int:
+def full_kv_bytes(shape: tuple, tokens: typing.SupportsInt | typing.SupportsIndex, dtype_bytes: typing.SupportsInt | typing.SupportsIndex = 2, *, storage: str | None = None) -> int:
     """
-    Bytes of a dense K/V cache of the model (num_layers, num_query_heads, num_kv_heads, head_dim) at `tokens` tokens: 2 * layers * kv heads * head_dim * tokens * dtype_bytes.
+    Bytes of a dense K/V cache of the model (num_layers, num_query_heads, num_kv_heads, head_dim) at `tokens` tokens: 2 * layers * kv heads * head_dim * tokens * dtype_bytes, or with storage "q8" / "q4" the rows' 8-/4-bit blocks (34 / 18 bytes per 32 values).
     """
 def model_presets() -> dict:
     """

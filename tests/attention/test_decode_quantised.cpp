@@ -9,6 +9,7 @@
 #include <razorkv/attention/reference.hpp>
 #include <razorkv/cache/any_cache.hpp>
 #include <razorkv/cache/dense_cache.hpp>
+#include <razorkv/compress/kv_memory.hpp>
 #include <razorkv/compress/razor_cache.hpp>
 #include <razorkv/compress/razor_state.hpp>
 
@@ -122,6 +123,9 @@ TYPED_TEST(RazorkvQuantised, DenseCacheDecodesAsTheReferenceOverItsStoredRows) {
         const auto keys = random_tokens<T>(tokens, kKvHeads, dim, rng);
         const auto values = random_tokens<T>(tokens, kKvHeads, dim, rng);
         cache.append(0, nhd(keys, kKvHeads, dim), nhd(values, kKvHeads, dim));
+        EXPECT_EQ(cache.kv_bytes(),
+                  razorkv::full_kv_bytes(razorkv::model_shape{1, kKvHeads, kKvHeads, dim}, tokens,
+                                         sizeof(T), storage));
         expect_decode_matches_reference(cache, kKvHeads * group, 1, rng);
         expect_decode_matches_reference(cache, kKvHeads * group, 3, rng, 128);  // split heads
       }
@@ -233,6 +237,9 @@ TYPED_TEST(RazorkvQuantised, RazorCacheStoresWindowsAndRetrievalHeadsAsConfigure
       const auto keys = random_tokens<T>(kPrompt, kKvHeads, kDim, rng);
       const auto values = random_tokens<T>(kPrompt, kKvHeads, kDim, rng);
       cache.compress_layer(0, nhd(keys, kKvHeads, kDim), nhd(values, kKvHeads, kDim));
+      // The memory calculator counts what the cache holds: sinks and mean as T, blocks as stored.
+      EXPECT_EQ(cache.kv_bytes(),
+                razorkv::compressed_kv_bytes(plan, kPrompt, config.budget(), sizeof(T)));
       expect_decode_matches_reference(cache, kQueryHeads, 1, rng);
       // Decode 150 tokens: windows slide (bounded: folding stored rows), heads grow in blocks.
       for (index_t step = 0; step < 150; ++step) {
@@ -269,6 +276,13 @@ TYPED_TEST(RazorkvQuantised, RazorCacheStoresWindowsAndRetrievalHeadsAsConfigure
   EXPECT_EQ(cache.span(0, 0, 2).keys.quantised().format, kQ4);  // [sinks | mean | window]
   EXPECT_EQ(cache.span(0, 1, 0).keys.quantised().format, kQ8);  // the retrieval head
   EXPECT_EQ(cache.kv_bytes(), razorkv::held_kv_bytes(cache));
+  EXPECT_EQ(cache.kv_bytes(),
+            razorkv::compressed_kv_bytes(plan, kPrompt, split.budget(), sizeof(T)));
+  // A prompt shorter than sinks and window: the sinks stay T, the rest is stored as configured.
+  cache.clear();
+  cache.compress_layer(0, nhd(keys, kKvHeads, kDim).middle_tokens(0, 50),
+                       nhd(keys, kKvHeads, kDim).middle_tokens(0, 50));
+  EXPECT_EQ(cache.kv_bytes(), razorkv::compressed_kv_bytes(plan, 50, split.budget(), sizeof(T)));
   split.retrieval_storage->rotate_keys = false;
   RAZORKV_EXPECT_ERROR(razorkv::razor_kv_cache<T>(plan, split), kInvalidArgument,
                        "a cache rotates all its keys or none");
@@ -407,13 +421,108 @@ TEST(RazorkvQuantisedErrors, ReadersOfRowsOfTOnlyNameTheFormat) {
   razorkv::razor_kv_cache<float> razor(plan, razorkv::razor_config{});
   RAZORKV_EXPECT_ERROR(razor.compress_layer(0, dense), kInvalidArgument,
                        "razor_kv_cache::compress_layer: rows stored as q8 blocks");
-  // The state format holds rows of T.
-  razorkv::razor_config quantised;
-  quantised.storage = kv_storage::both(kQ8);
-  razorkv::razor_kv_cache<float> cache(plan, quantised);
+}
+
+// A saved quantised cache comes back byte for byte (its blocks are copied, never quantised
+// again): the same state, the same spans, the same decode bit for bit, then the same appends.
+TYPED_TEST(RazorkvQuantised, SaveAndRestoreKeepTheStoredBlocks) {
+  using T = TypeParam;
+  using Acc = razorkv::accum_t<T>;
+  constexpr index_t kKvHeads = 3, kQueryHeads = 6, kDim = 64;
+  razorkv::head_plan plan(razorkv::model_shape{2, kQueryHeads, kKvHeads, kDim});
+  plan.set_retrieval(0, 1, true);
+  plan.set_retrieval(1, 2, true);
+  std::vector<kv_storage> configs = storages();
+  configs.push_back(kv_storage::both(kQ4, true));  // with 8-bit retrieval heads, below
+  for (const razorkv::decode_mode mode :
+       {razorkv::decode_mode::kAppend, razorkv::decode_mode::kBounded}) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      SCOPED_TRACE(::testing::Message()
+                   << razorkv::describe(configs[i]) << " " << razorkv::decode_mode_name(mode));
+      razorkv::razor_config config;
+      config.sinks = 4;
+      config.fixed_window = 40;
+      config.decode = mode;
+      config.growth_rows = 16;
+      config.storage = configs[i];
+      if (i + 1 == configs.size()) config.retrieval_storage = kv_storage::both(kQ8, true);
+      razorkv::razor_kv_cache<T> original(plan, config);
+      std::mt19937_64 rng(31);
+      const auto k = random_tokens<T>(120, kKvHeads, kDim, rng);
+      const auto v = random_tokens<T>(120, kKvHeads, kDim, rng);
+      for (index_t first = 0; first < 100; first += 25) {  // layer 0 in chunks: a wrapped ring
+        original.compress_chunk(0, nhd(k, kKvHeads, kDim).middle_tokens(first, 25),
+                                nhd(v, kKvHeads, kDim).middle_tokens(first, 25));
+      }
+      original.compress_layer(1, nhd(k, kKvHeads, kDim).middle_tokens(0, 100),
+                              nhd(v, kKvHeads, kDim).middle_tokens(0, 100));
+      for (index_t t = 100; t < 120; ++t) {  // blocks chained, windows slid
+        for (index_t l = 0; l < 2; ++l) {
+          original.append(l, nhd(k, kKvHeads, kDim).middle_tokens(t, 1),
+                          nhd(v, kKvHeads, kDim).middle_tokens(t, 1));
+        }
+      }
+      const std::vector<std::uint8_t> bytes = razorkv::save_state(original);
+      razorkv::razor_kv_cache<T> restored = razorkv::restore_state<T>(bytes);
+      EXPECT_EQ(razorkv::save_state(restored), bytes);
+      EXPECT_EQ(restored.kv_bytes(), original.kv_bytes());
+      EXPECT_EQ(restored.allocated_bytes(), original.allocated_bytes());
+      const auto queries =
+          razorkv_test::random_values<Acc>(static_cast<std::size_t>(kQueryHeads * kDim), rng);
+      const razorkv::matrix_view<const Acc> q(queries.data(), kQueryHeads, kDim);
+      for (index_t step = 0; step < 2; ++step) {
+        for (index_t l = 0; l < 2; ++l) {
+          std::vector<Acc> got(queries.size()), want(queries.size());
+          razorkv::decode_attention(restored, l, q,
+                                    razorkv::matrix_view<Acc>(got.data(), kQueryHeads, kDim));
+          razorkv::decode_attention(original, l, q,
+                                    razorkv::matrix_view<Acc>(want.data(), kQueryHeads, kDim));
+          ASSERT_EQ(got, want) << "layer " << l << " step " << step;
+          const auto next = random_tokens<T>(1, kKvHeads, kDim, rng);
+          restored.append(l, nhd(next, kKvHeads, kDim), nhd(next, kKvHeads, kDim));
+          original.append(l, nhd(next, kKvHeads, kDim), nhd(next, kKvHeads, kDim));
+        }
+      }
+      EXPECT_EQ(razorkv::save_state(restored), razorkv::save_state(original));
+    }
+  }
+}
+
+// The storage fields of a state are checked like the rest of it.
+TEST(RazorkvQuantisedErrors, AStateWithStorageItCannotHoldIsANamedError) {
+  constexpr index_t kDim = 64;
+  razorkv::head_plan plan(razorkv::model_shape{1, 2, 1, kDim});
+  razorkv::razor_config config;
+  config.storage = kv_storage{kQ8, kQ4, false};
+  razorkv::razor_kv_cache<float> cache(plan, config);
+  std::mt19937_64 rng(37);
+  const auto k = random_tokens<float>(20, 1, kDim, rng);
   cache.compress_layer(0, nhd(k, 1, kDim), nhd(k, 1, kDim));
-  RAZORKV_EXPECT_ERROR(razorkv::save_state(cache), kInvalidArgument,
-                       "save_state: the cache stores rows as keys q8, values q8");
+  const std::vector<std::uint8_t> bytes = razorkv::save_state(cache);
+  // After magic 8, version 4, dtype 4 and the shape's four i64: the key and value formats, the
+  // rotation, whether retrieval heads have a storage of their own.
+  constexpr std::size_t kStorageAt = 8 + 4 + 4 + 32;
+  ASSERT_EQ(bytes.at(kStorageAt), 1);
+  ASSERT_EQ(bytes.at(kStorageAt + 1), 2);
+  const auto changed = [&](std::size_t at, std::uint8_t value) {
+    std::vector<std::uint8_t> copy = bytes;
+    copy.at(at) = value;
+    return copy;
+  };
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(kStorageAt, 5)), kInvalidArgument,
+                       "restore_state: config.storage.keys (5) is not 0 (rows of the dtype), 1 "
+                       "(q8) or 2 (q4)");
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(kStorageAt + 2, 2)), kInvalidArgument,
+                       "config.storage.rotate_keys (2)");
+  // Rows of another size than the saved ones: the data no longer ends where the state does.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(kStorageAt + 1, 1)), kInvalidArgument,
+                       "restore_state: ");
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(changed(kStorageAt, 0)), kInvalidArgument,
+                       "restore_state: ");
+  for (std::size_t size = 0; size < bytes.size(); size += 7) {
+    RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(bytes.data(), size), kInvalidArgument,
+                         "restore_state: ");
+  }
 }
 
 }  // namespace

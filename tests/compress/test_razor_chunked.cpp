@@ -657,11 +657,11 @@ TEST(RazorkvRazorState, TheLoaderRejectsWhatSaveDidNotWrite) {
   };
   RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(0, 'X')), kInvalidArgument,
                        "it is not a razorkv state");
-  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8, 2)), kInvalidArgument,
-                       "restore_state: version (2) is not the version this razorkv reads (1)");
-  // The header: magic 8, version 4, dtype 4, shape 32, config 5 * 8 + 8 + 4 + 4 + 1; the plan
-  // 4 * 9; the layer: flag 1, tokens 8, prompt 8; then head 0's window.
-  const std::size_t header = 8 + 4 + 4 + 32 + 57, plan_bytes = 4 * 9;
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8, 3)), kInvalidArgument,
+                       "restore_state: version (3) is not a version this razorkv reads (1 to 2)");
+  // The header: magic 8, version 4, dtype 4, shape 32, storage 4, config 5 * 8 + 8 + 4 + 4 + 1;
+  // the plan 4 * 9; the layer: flag 1, tokens 8, prompt 8; then head 0's window.
+  const std::size_t header = 8 + 4 + 4 + 32 + 4 + 57, plan_bytes = 4 * 9;
   const std::size_t window_at = header + plan_bytes + 17;
   RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(window_at, 3)), kInvalidArgument,
                        "restore_state: a head's window (3) outside [20, 20]");
@@ -678,9 +678,17 @@ TEST(RazorkvRazorState, TheLoaderRejectsWhatSaveDidNotWrite) {
   RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(bytes, 1000), kInvalidArgument,
                        "over max_bytes (1000)");
   EXPECT_NO_THROW(razorkv::restore_state<float>(bytes, cache.allocated_bytes()));
-  // config.growth_rows (after magic, version, dtype, shape and four i64 fields) raised by 2^30:
-  // one block of it would not fit in max_bytes, so the next append could not be served.
-  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8 + 4 + 4 + 32 + 4 * 8 + 3, 0x40),
+  // 8-bit rows need a head_dim that is a multiple of 32; this cache's is 8.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8 + 4 + 4 + 32, 1)), kInvalidArgument,
+                       "restore_state: config.storage");
+  // A state of version 1 (the format before storage: no storage bytes) is read as rows of T.
+  std::vector<std::uint8_t> version_1 = bytes;
+  version_1.at(8) = 1;
+  version_1.erase(version_1.begin() + 8 + 4 + 4 + 32, version_1.begin() + 8 + 4 + 4 + 32 + 4);
+  EXPECT_EQ(razorkv::save_state(razorkv::restore_state<float>(version_1)), bytes);
+  // config.growth_rows (after magic, version, dtype, shape, storage and four i64 fields) raised by
+  // 2^30: one block of it would not fit in max_bytes, so the next append could not be served.
+  RAZORKV_EXPECT_ERROR(razorkv::restore_state<float>(corrupt(8 + 4 + 4 + 32 + 4 + 4 * 8 + 3, 0x40),
                                                      cache.allocated_bytes()),
                        kInvalidArgument, "config.growth_rows (");
 }
@@ -693,10 +701,10 @@ TEST(RazorkvRazorState, TheLoaderChecksTheInvariantsSaveGuarantees) {
   std::mt19937_64 rng(1215);
   head_plan plan(razorkv::model_shape{1, kQueryHeads, kHeads, kDim});
   const prompt<float> layer(40, rng);
-  // The header: magic 8, version 4, dtype 4, shape 32; then the config's five i64, c, the
-  // compensation and the decode mode (u32 each), check_finite; the plan 4 * 9; the layer's flag,
-  // tokens and prompt tokens; then head 0's fields.
-  const std::size_t decode_at = 8 + 4 + 4 + 32 + 5 * 8 + 8 + 4;
+  // The header: magic 8, version 4, dtype 4, shape 32, storage 4; then the config's five i64, c,
+  // the compensation and the decode mode (u32 each), check_finite; the plan 4 * 9; the layer's
+  // flag, tokens and prompt tokens; then head 0's fields.
+  const std::size_t decode_at = 8 + 4 + 4 + 32 + 4 + 5 * 8 + 8 + 4;
   const std::size_t head_at = decode_at + 4 + 1 + 4 * 9 + 17;
   const auto changed = [](std::vector<std::uint8_t> bytes, std::size_t at, std::uint8_t value) {
     bytes.at(at) = value;
@@ -744,7 +752,7 @@ TEST(RazorkvRazorState, TheLoaderChecksTheInvariantsSaveGuarantees) {
   // config.decode_reserve (the config's fourth i64) must fit in max_bytes too: a compression
   // after restore reserves that many rows per head.
   RAZORKV_EXPECT_ERROR(
-      razorkv::restore_state<float>(changed(kept, 8 + 4 + 4 + 32 + 3 * 8 + 3, 0x10)),
+      razorkv::restore_state<float>(changed(kept, 8 + 4 + 4 + 32 + 4 + 3 * 8 + 3, 0x10)),
       kInvalidArgument, "restore_state: config.decode_reserve (");
 }
 

@@ -200,6 +200,12 @@ class Plans(unittest.TestCase):
         # No retrieval head: every head holds 4 sinks, 1 compensation token, N/5 recent tokens.
         expected = 2 * 32 * 8 * 128 * 2 * (4 + 1 + n // 5)
         self.assertEqual(razorkv.compressed_kv_bytes(plan, n), expected)
+        # q8 rows: 34 bytes per 32 values, for the window only (sinks and mean stay 2 bytes).
+        q8_row = 128 // 32 * 34
+        self.assertEqual(razorkv.full_kv_bytes(shape, 1000, 2, storage="q8"),
+                         2 * 32 * 8 * 1000 * q8_row)
+        self.assertEqual(razorkv.compressed_kv_bytes(plan, n, storage="q8"),
+                         2 * 32 * 8 * ((4 + 1) * 128 * 2 + n // 5 * q8_row))
 
 
 class AlibiPlans(unittest.TestCase):
@@ -286,6 +292,13 @@ class RazorCache(unittest.TestCase):
             cache = razorkv.RazorCache(plan, "float32", config)
             cache.compress_layer(0, keys, values)
             got[(storage, retrieval)] = (cache.decode(0, q), cache.kv_bytes())
+            # The calculator counts what the cache holds (the window of 64 tokens in blocks).
+            self.assertEqual(cache.kv_bytes(), razorkv.compressed_kv_bytes(
+                plan, 300, sinks=4, s0=64, c=1e9, dtype_bytes=4, storage=storage,
+                retrieval_storage=retrieval))
+            # A state holds the blocks as they are: the restored cache decodes bit for bit.
+            restored = razorkv.RazorCache.restore_state(cache.save_state())
+            np.testing.assert_array_equal(restored.decode(0, q), got[(storage, retrieval)][0])
         exact, float_bytes = got[(None, None)]
         # Each stored value within half a step of its block (a step: the largest magnitude of 32
         # normal values / 127 or / 8): the outputs follow within a few steps' worth.
@@ -480,12 +493,12 @@ class RazorCache(unittest.TestCase):
         np.testing.assert_array_equal(again.decode(0, q), cache.decode(0, q))
         # max_bytes bounds what the loader allocates; by default a small state gets 64 MiB more
         # than 8 times its size, so a state whose ring capacity was raised by 2^28 rows (the
-        # first head's fourth i64 after the 153-byte header, the plan and the layer's 17 bytes)
+        # first head's fourth i64 after the 157-byte header, the plan and the layer's 17 bytes)
         # is an error, not gigabytes.
         state = cache.save_state()
         with self.assertRaisesRegex(razorkv.Error, "config.growth_rows \\(256\\) outside \\[1, 1\\]"):
             razorkv.RazorCache.restore_state(state, "float16", max_bytes=100)  # not one block
-        at = 8 + 4 + 4 + 32 + 57 + 2 * 9 * 2 + 17 + 3 * 8 + 3
+        at = 8 + 4 + 4 + 32 + 4 + 57 + 2 * 9 * 2 + 17 + 3 * 8 + 3
         roomy = bytearray(state)
         roomy[at] = 0x10
         with self.assertRaisesRegex(razorkv.Error, "a head's ring would bring the restored cache"):

@@ -72,6 +72,12 @@ for sub in probe score select ratio heatmap convert; do
 done
 "$cli" --version | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+$'
 "$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 4096 1048576 | grep -Eq "^ +1048576 "
+# 8-bit rows: 34 bytes per 32 values against 64, for windows and retrieval heads alike (0.319 of
+# the 16-bit full cache at 1M tokens, times 0.531); the retrieval heads alone at 8 bits sit between.
+"$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 1048576 --storage q8 \
+  | grep -Eq "^ +1048576 .* 0\.169[34] "
+"$cli" ratio --model llama-3-8b --retrieval-fraction 0.15 --seq-len 1048576 --retrieval-storage q8 \
+  | grep -Eq "^ +1048576 .* 0\.2(4|5)[0-9]+ "
 
 expect_exit_2() {
   local err="$dir/stderr"
@@ -102,7 +108,10 @@ expect_exit_2 "$cli" select --scores "$dir/scores.json" --gqa median --out "$dir
 expect_error "ratio: --seq-len (0) must be > 0" "$cli" ratio --model llama-3-8b --seq-len 0
 expect_error "ratio: no model: give --model PRESET" "$cli" ratio --seq-len 10
 expect_error "give all of --layers, --query-heads, --kv-heads and --head-dim" "$cli" ratio --layers 3 --seq-len 10
-expect_error "kv bytes: 9223372036854775807 * 2 overflows" "$cli" ratio --model llama-3-8b --seq-len 9223372036854775807
+expect_error "kv bytes: 9223372036854775807 * 512 overflows" "$cli" ratio --model llama-3-8b --seq-len 9223372036854775807
+expect_error "ratio: --storage ('q5') is not none, q8 or q4" "$cli" ratio --model llama-3-8b --seq-len 10 --storage q5
+expect_error "ratio: --storage: storage.keys is q8, which needs head_dim (48)" \
+  "$cli" ratio --layers 1 --query-heads 2 --kv-heads 1 --head-dim 48 --seq-len 10 --storage q8
 expect_error "is a mindspore plan, which does not carry the model's shape" \
   "$cli" convert --plan "$dir/from_tsv.json" --to razorkv --out "$dir/x.json"
 expect_error "select: --head-dim (128) but" "$cli" select --scores "$dir/scores.json" --head-dim 128 --out "$dir/x.json"

@@ -275,8 +275,10 @@ class row_blocks {
     for (index_t b = 0; b < needed; ++b)
       blocks_.emplace_back(rows_per_block, dim, resource, storage);
   }
-  /// Phase 2: appends the rows ([count, dim], any stride); reserve_more(count, ...) ran first.
-  void append(const matrix_view<const T>& keys, const matrix_view<const T>& values) noexcept {
+  /// Phase 2: appends the rows ([count, dim], any stride; or rows as another head stores them,
+  /// see head_rows::write); reserve_more(count, ...) ran first.
+  template <class Rows>
+  void append(const Rows& keys, const Rows& values) noexcept {
     index_t done = 0;
     while (done < keys.rows()) {
       head_rows<T>& block = blocks_[static_cast<std::size_t>(filled_)];

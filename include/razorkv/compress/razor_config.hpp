@@ -105,6 +105,8 @@ struct razor_config : window_rule {
     razor_budget b;
     static_cast<window_rule&>(b) = *this;
     b.compensation_token = compensation != compensation_mode::kNone;
+    b.storage = storage;
+    b.retrieval_storage = retrieval_storage;
     return b;
   }
 };

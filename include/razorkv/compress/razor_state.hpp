@@ -10,8 +10,10 @@
 #include <memory_resource>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "razorkv/cache/kv_cache.hpp"
 #include "razorkv/compress/razor_cache.hpp"
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
@@ -19,23 +21,29 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
-/// The format version save_state writes; restore_state reads this version only.
-inline constexpr std::uint32_t kRazorStateVersion = 1;
+/// The format version save_state writes. restore_state reads it and version 1, which predates
+/// quantised storage (its rows are all of the cache's dtype).
+inline constexpr std::uint32_t kRazorStateVersion = 2;
 
 namespace detail {
 
 // The format, little-endian, fields in this order (i64: int64, u8/u32: unsigned):
 //   "RZKVSTAT" | u32 version | u32 dtype | i64 num_layers, num_query_heads, num_kv_heads,
-//   head_dim | config: i64 sinks, s0, fixed_window, decode_reserve, growth_rows, f64 c,
+//   head_dim | storage (version 2): u8 key format, u8 value format (0: rows of the dtype, else
+//   the row_format), u8 rotate_keys, u8 has retrieval storage, and if so its two formats |
+//   config: i64 sinks, s0, fixed_window, decode_reserve, growth_rows, f64 c,
 //   u32 compensation, u32 decode, u8 check_finite | plan, per (layer, kv head): u8 retrieval,
 //   i64 buffer override (0: none) | per layer: u8 compressed, i64 tokens, prompt_tokens, and
 //   if compressed per kv head: i64 window, dropped, sinks, ring capacity, ring start, ring rows,
 //   u8 mean rows, then rows as [rows, head_dim] keys then values: the sinks, the ring's rows
 //   oldest first, the mean; the exact sums (2 * head_dim f64) unless compensation is none;
-//   i64 blocks, and per block i64 capacity, rows, then its rows.
+//   i64 blocks, and per block i64 capacity, rows, then its rows. Rows are as the cache stores
+//   them: the ring's and the blocks' in the head's storage (quantised rows as their blocks'
+//   bytes, rotated keys rotated), the sinks' and the mean's of the dtype.
 inline constexpr char kRazorStateMagic[8] = {'R', 'Z', 'K', 'V', 'S', 'T', 'A', 'T'};
 
 inline bool host_is_little_endian() noexcept {
@@ -53,7 +61,14 @@ class state_writer {
     append(&value, sizeof value);
   }
   template <class T>
-  void rows(const matrix_view<const T>& m) {
+  void rows(const kv_rows<T>& rows) {
+    if (rows.is_quantised()) {
+      const quantised_rows& q = rows.quantised();
+      const auto bytes = static_cast<std::size_t>(quantised_row_bytes(q.format, q.cols));
+      for (index_t r = 0; r < q.rows; ++r) append(q.row(r), bytes);
+      return;
+    }
+    const matrix_view<const T>& m = rows.typed();
     for (index_t r = 0; r < m.rows(); ++r)
       append(m.row(r), static_cast<std::size_t>(m.cols()) * sizeof(T));
   }
@@ -128,8 +143,7 @@ struct razor_state_access {
         // head without sinks or mean has no storage at all).
         const auto write = [&](const head_rows<T>& rows, index_t first, index_t count,
                                bool values) {
-          if (count > 0)
-            w.rows(values ? rows.values(first, count).typed() : rows.keys(first, count).typed());
+          if (count > 0) w.rows(values ? rows.values(first, count) : rows.keys(first, count));
         };
         const auto both = [&](const head_rows<T>& rows, index_t count) {
           write(rows, 0, count, false);
@@ -172,10 +186,12 @@ struct razor_state_access {
     const bool bounded = config.decode == decode_mode::kBounded;
     const index_t row_bytes =
         checked_mul(2 * dim, static_cast<index_t>(sizeof(T)), "restore_state: row bytes");
-    // K/V bytes allocated so far, checked against max_bytes before each allocation.
+    // K/V bytes allocated so far, checked against max_bytes before each allocation (entries of
+    // entry_bytes each: rows of T unless a head's storage says otherwise).
     index_t allocated = 0;
-    const auto charge = [&](index_t rows, const char* what) {
-      allocated = checked_add(allocated, checked_mul(rows, row_bytes, kWhere), kWhere);
+    const auto charge = [&](index_t rows, const char* what, index_t entry_bytes = 0) {
+      allocated = checked_add(
+          allocated, checked_mul(rows, entry_bytes > 0 ? entry_bytes : row_bytes, kWhere), kWhere);
       RAZORKV_CHECK(allocated <= max_bytes, kInvalidArgument, kWhere, ": ", what,
                     " would bring the restored cache to ", allocated, " bytes, over max_bytes (",
                     max_bytes, ")");
@@ -198,6 +214,28 @@ struct razor_state_access {
     const auto view = [&](const std::vector<T>& data, index_t rows) {
       return rows == 0 ? matrix_view<const T>(nullptr, 0, dim)
                        : matrix_view<const T>(data.data(), rows, dim);
+    };
+    // Reads `rows` rows of one side as `format` stores them: rows of T into `typed`, or
+    // quantised rows (their blocks' bytes, taken as they are) into `bytes`.
+    std::vector<T> typed_keys, typed_values;
+    std::vector<std::uint8_t> key_bytes, value_bytes;
+    const auto read_side = [&](index_t rows, const std::optional<row_format>& format,
+                               std::vector<T>& typed, std::vector<std::uint8_t>& bytes,
+                               const char* what) -> kv_rows<T> {
+      if (!format) {
+        const auto size = static_cast<std::size_t>(checked_mul(rows, dim, kWhere)) * sizeof(T);
+        r.need(size, what);
+        typed.resize(static_cast<std::size_t>(rows * dim));
+        r.copy(typed.data(), size, what);
+        return view(typed, rows);
+      }
+      const index_t stored = quantised_row_bytes(*format, dim);
+      const auto size = static_cast<std::size_t>(checked_mul(rows, stored, kWhere));
+      r.need(size, what);
+      bytes.resize(size);
+      r.copy(bytes.data(), size, what);
+      return kv_rows<T>(
+          quantised_rows{rows == 0 ? nullptr : bytes.data(), rows, dim, stored, *format});
     };
     for (index_t layer = 0; layer < cache.num_layers(); ++layer) {
       auto& l = cache.layers_[static_cast<std::size_t>(layer)];
@@ -242,9 +280,20 @@ struct razor_state_access {
         read_rows(sink_rows, keys, values, "a head's sinks");
         head.sinks.write(0, view(keys, sink_rows), view(values, sink_rows));
         head.sinks.set_rows(sink_rows);
-        head.recent = allocate(capacity, "a head's ring");
-        read_rows(ring_rows, keys, values, "a head's ring");
-        head.push_ring(view(keys, ring_rows), view(values, ring_rows));
+        // The ring and the blocks hold rows as the head's storage says, restored byte for byte.
+        const kv_storage& storage = config.storage_for(head.retrieval);
+        const index_t entry_bytes =
+            storage.key_row_bytes(dim, sizeof(T)) + storage.value_row_bytes(dim, sizeof(T));
+        const auto read_stored = [&](index_t rows, const char* what) {
+          const kv_rows<T> stored_keys = read_side(rows, storage.keys, typed_keys, key_bytes, what);
+          const kv_rows<T> stored_values =
+              read_side(rows, storage.values, typed_values, value_bytes, what);
+          return std::pair{stored_keys, stored_values};
+        };
+        charge(capacity, "a head's ring", entry_bytes);
+        head.recent = head_rows<T>(capacity, dim, cache.memory_resource(), storage);
+        const auto [ring_keys, ring_values] = read_stored(ring_rows, "a head's ring");
+        head.push_ring(ring_keys, ring_values);
         if (compensate && !head.retrieval) {
           head.mean = allocate(1, "a head's mean");
           read_rows(mean_rows, keys, values, "a head's mean");
@@ -294,11 +343,11 @@ struct razor_state_access {
               r.count("a block's capacity", 1, checked_add(l.tokens, config.growth_rows, kWhere));
           const index_t rows =
               r.count("a block's rows", b + 1 < blocks ? block_capacity : 1, block_capacity);
-          charge(block_capacity, "a block");
+          charge(block_capacity, "a block", entry_bytes);
           // One block of that capacity.
-          head.appended.reserve_more(rows, block_capacity, dim, cache.memory_resource());
-          read_rows(rows, keys, values, "a block");
-          head.appended.append(view(keys, rows), view(values, rows));
+          head.appended.reserve_more(rows, block_capacity, dim, cache.memory_resource(), storage);
+          const auto [block_keys, block_values] = read_stored(rows, "a block");
+          head.appended.append(block_keys, block_values);
           block_rows += rows;
         }
         // Every token is an entry or was folded: a state that lost or invented one is corrupt.
@@ -322,13 +371,6 @@ template <class T>
 std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
   RAZORKV_CHECK(detail::host_is_little_endian(), kInvalidArgument,
                 "save_state: the format is little-endian and this machine is not");
-  const razor_config& stored = cache.config();
-  for (const kv_storage* s :
-       {&stored.storage, stored.retrieval_storage ? &*stored.retrieval_storage : &stored.storage}) {
-    RAZORKV_CHECK(s->is_plain(), kInvalidArgument, "save_state: the cache stores rows as ",
-                  describe(*s), "; the state format (version ", kRazorStateVersion,
-                  ") holds rows of the cache's dtype only");
-  }
   detail::state_writer w;
   w.append(detail::kRazorStateMagic, sizeof detail::kRazorStateMagic);
   w.scalar<std::uint32_t>(kRazorStateVersion);
@@ -338,6 +380,14 @@ std::vector<std::uint8_t> save_state(const razor_kv_cache<T>& cache) {
        {shape.num_layers, shape.num_query_heads, shape.num_kv_heads, shape.head_dim})
     w.scalar<std::int64_t>(n);
   const razor_config& config = cache.config();
+  const auto formats = [&](const kv_storage& storage) {
+    for (const std::optional<row_format>& f : {storage.keys, storage.values})
+      w.scalar<std::uint8_t>(f ? static_cast<std::uint8_t>(*f) : 0);
+  };
+  formats(config.storage);
+  w.scalar<std::uint8_t>(config.storage.rotate_keys ? 1 : 0);
+  w.scalar<std::uint8_t>(config.retrieval_storage ? 1 : 0);
+  if (config.retrieval_storage) formats(*config.retrieval_storage);
   for (const index_t n :
        {config.sinks, config.s0, config.fixed_window, config.decode_reserve, config.growth_rows})
     w.scalar<std::int64_t>(n);
@@ -403,8 +453,9 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
   RAZORKV_CHECK(std::memcmp(magic, detail::kRazorStateMagic, sizeof magic) == 0, kInvalidArgument,
                 kWhere, ": the data does not start with \"RZKVSTAT\"; it is not a razorkv state");
   const auto version = r.scalar<std::uint32_t>("the version");
-  RAZORKV_CHECK(version == kRazorStateVersion, kInvalidArgument, kWhere, ": version (", version,
-                ") is not the version this razorkv reads (", kRazorStateVersion, ")");
+  RAZORKV_CHECK(version == 1 || version == kRazorStateVersion, kInvalidArgument, kWhere,
+                ": version (", version, ") is not a version this razorkv reads (1 to ",
+                kRazorStateVersion, ")");
   const auto saved_dtype = r.scalar<std::uint32_t>("the dtype");
   RAZORKV_CHECK(saved_dtype == static_cast<std::uint32_t>(dtype_of<T>()), kInvalidArgument, kWhere,
                 ": the state holds dtype ", saved_dtype, " (",
@@ -419,13 +470,44 @@ razor_kv_cache<T> restore_state(const std::uint8_t* data, std::size_t size,
   shape.head_dim = r.count("head_dim", 1, limit);
   const index_t max_index = std::numeric_limits<std::int64_t>::max();
   razor_config config;
+  if (version >= 2) {
+    const auto format = [&](const char* what) -> std::optional<row_format> {
+      const auto code = r.scalar<std::uint8_t>(what);
+      RAZORKV_CHECK(code <= static_cast<std::uint8_t>(row_format::kQ4), kInvalidArgument, kWhere,
+                    ": ", what, " (", static_cast<int>(code),
+                    ") is not 0 (rows of the dtype), 1 (q8) or 2 (q4)");
+      if (code == 0) return std::nullopt;
+      return static_cast<row_format>(code);
+    };
+    config.storage.keys = format("config.storage.keys");
+    config.storage.values = format("config.storage.values");
+    config.storage.rotate_keys = r.flag("config.storage.rotate_keys");
+    if (r.flag("config.retrieval_storage's presence")) {
+      kv_storage retrieval;
+      retrieval.keys = format("config.retrieval_storage.keys");
+      retrieval.values = format("config.retrieval_storage.values");
+      retrieval.rotate_keys = config.storage.rotate_keys;
+      config.retrieval_storage = retrieval;
+    }
+    check_storage(config.storage, shape.head_dim, "restore_state: config.storage");
+    if (config.retrieval_storage) {
+      check_storage(*config.retrieval_storage, shape.head_dim,
+                    "restore_state: config.retrieval_storage");
+    }
+  }
   config.sinks = r.count("config.sinks", 0, max_index);
   config.s0 = r.count("config.s0", 0, max_index);
   config.fixed_window = r.count("config.fixed_window", 0, max_index);
   // The room a head reserves when a layer is compressed again, and one block a growing head
   // chains on at its next append, must fit in max_bytes: a call after restore_state must not ask
   // for memory the loader's budget would have refused.
-  const index_t block_row_bytes = 2 * shape.head_dim * static_cast<index_t>(sizeof(T));
+  index_t block_row_bytes = 0;
+  for (const bool retrieval : {false, true}) {
+    const kv_storage& storage = config.storage_for(retrieval);
+    block_row_bytes =
+        std::max(block_row_bytes, storage.key_row_bytes(shape.head_dim, sizeof(T)) +
+                                      storage.value_row_bytes(shape.head_dim, sizeof(T)));
+  }
   const index_t budget_rows = max_bytes / block_row_bytes;
   config.decode_reserve = r.count("config.decode_reserve", 0, budget_rows);
   config.growth_rows = r.count("config.growth_rows", 1, std::max<index_t>(1, budget_rows));
