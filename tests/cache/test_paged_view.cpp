@@ -1,7 +1,8 @@
 // Tests of paged_kv_view, the read-only source over an engine's page pools: decode over shuffled
 // NHD and HND pages agrees with the reference and with a dense cache of the same tokens, a razor
 // cache compressed from the pages equals one compressed from the dense prefill, and bad tables
-// and pools are errors naming the argument.
+// and pools are errors naming the argument; pages of 8-/4-bit rows decode as a dense cache of
+// that storage.
 #include <gtest/gtest.h>
 
 #include <razorkv/attention/decode.hpp>
@@ -9,12 +10,17 @@
 #include <razorkv/cache/dense_cache.hpp>
 #include <razorkv/cache/paged_view.hpp>
 #include <razorkv/compress/razor_cache.hpp>
+#include <razorkv/quant/hadamard.hpp>
+#include <razorkv/quant/row_blocks.hpp>
+#include <razorkv/quant/storage.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "support/expect_error.hpp"
@@ -237,3 +243,131 @@ static_assert(razorkv::is_kv_source_v<paged_kv_view<Eigen::half>>);
 static_assert(!razorkv::is_kv_cache_v<paged_kv_view<Eigen::half>>);
 
 }  // namespace
+
+// An engine's q8 / q4 pages: rows quantised as razorkv quantises them (keys rotated first when
+// the engine rotates them), written into shuffled NHD and HND pages poisoned elsewhere with NaN
+// scales. Decode over the pages equals decode over a dense cache of that storage bit for bit (the
+// same blocks, split into other spans), and a razor cache cannot compress from them (it reads
+// rows of T), which is an error naming the format.
+TYPED_TEST(PagedViewTest, QuantisedPagesDecodeAsADenseCacheOfTheirStorage) {
+  using T = TypeParam;
+  using razorkv::quantised_page_pool_view;
+  using razorkv::row_format;
+  constexpr index_t kLayers = 2, kKvHeads = 2, kDim = 64, kQueryHeads = 8;
+  const razorkv::kv_storage storages[] = {razorkv::kv_storage::both(row_format::kQ8),
+                                          razorkv::kv_storage::both(row_format::kQ4, true),
+                                          {row_format::kQ8, std::nullopt, false}};
+  for (const razorkv::kv_storage& storage : storages) {
+    for (const bool hnd : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << razorkv::describe(storage) << (hnd ? " HND" : " NHD"));
+      std::mt19937_64 rng(43);
+      const paged_sequence<T> seq(kLayers, kKvHeads, kDim, 16, 100, hnd, rng);
+      // The storage's rows of each layer, in pages laid out as seq's.
+      const auto quantised_pool = [&](const std::vector<T>& dense, row_format format, bool rotate) {
+        const index_t row = razorkv::quantised_row_bytes(format, kDim);
+        std::vector<std::uint8_t> bytes(
+            static_cast<std::size_t>(seq.pool_pages * seq.page_size * kKvHeads * row), 0xff);
+        // Rotated as razorkv rotates (in float, double for double rows), stored as T, quantised.
+        using R = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        std::vector<R> rotated(static_cast<std::size_t>(kDim));
+        std::vector<float> values(static_cast<std::size_t>(kDim));
+        for (index_t t = 0; t < seq.tokens; ++t) {
+          const std::int32_t page = seq.table[static_cast<std::size_t>(t / seq.page_size)];
+          for (index_t h = 0; h < kKvHeads; ++h) {
+            for (index_t c = 0; c < kDim; ++c) {
+              rotated[static_cast<std::size_t>(c)] =
+                  static_cast<R>(dense[static_cast<std::size_t>((t * kKvHeads + h) * kDim + c)]);
+            }
+            if (rotate) razorkv::hadamard_rotate(rotated.data(), kDim);
+            for (index_t c = 0; c < kDim; ++c) {
+              values[static_cast<std::size_t>(c)] =
+                  static_cast<float>(static_cast<T>(rotated[static_cast<std::size_t>(c)]));
+            }
+            razorkv::quantise_row(
+                format, values.data(), kDim,
+                bytes.data() + seq.element(page, t % seq.page_size, h) / kDim * row);
+          }
+        }
+        return bytes;
+      };
+      std::vector<std::vector<std::uint8_t>> key_bytes, value_bytes;
+      std::vector<quantised_page_pool_view> key_pools, value_pools;
+      const auto view_of = [&](const std::vector<std::uint8_t>& bytes, row_format format) {
+        return hnd ? quantised_page_pool_view::hnd(bytes.data(), format, seq.pool_pages,
+                                                   seq.page_size, kKvHeads, kDim)
+                   : quantised_page_pool_view::nhd(bytes.data(), format, seq.pool_pages,
+                                                   seq.page_size, kKvHeads, kDim);
+      };
+      for (index_t l = 0; l < kLayers; ++l) {
+        key_bytes.push_back(quantised_pool(seq.dense_keys[static_cast<std::size_t>(l)],
+                                           *storage.keys, storage.rotate_keys));
+        if (storage.values) {
+          value_bytes.push_back(quantised_pool(seq.dense_values[static_cast<std::size_t>(l)],
+                                               *storage.values, false));
+        }
+      }
+      for (index_t l = 0; l < kLayers; ++l) {
+        key_pools.push_back(view_of(key_bytes[static_cast<std::size_t>(l)], *storage.keys));
+        if (storage.values)
+          value_pools.push_back(view_of(value_bytes[static_cast<std::size_t>(l)], *storage.values));
+      }
+      const auto table_pages = static_cast<index_t>(seq.table.size());
+      const paged_kv_view<T> paged =
+          storage.values
+              ? paged_kv_view<T>(key_pools.data(), value_pools.data(), kLayers, seq.table.data(),
+                                 table_pages, seq.tokens, storage.rotate_keys)
+              : paged_kv_view<T>(key_pools.data(), seq.value_pools.data(), kLayers,
+                                 seq.table.data(), table_pages, seq.tokens, storage.rotate_keys);
+      razorkv::dense_kv_cache<T> dense(kLayers, kKvHeads, kDim, seq.tokens, nullptr, storage);
+      for (index_t l = 0; l < kLayers; ++l) dense.append(l, seq.keys(l), seq.values(l));
+      EXPECT_EQ(razorkv::held_kv_bytes(paged), razorkv::held_kv_bytes(dense));
+      for (index_t layer = 0; layer < kLayers; ++layer) {
+        const std::vector<float> queries =
+            razorkv_test::random_values<float>(static_cast<std::size_t>(kQueryHeads * kDim), rng);
+        const razorkv::matrix_view<const float> q(queries.data(), kQueryHeads, kDim);
+        std::vector<float> from_pages(queries.size()), from_dense(queries.size());
+        razorkv::decode_attention(
+            paged, layer, q, razorkv::matrix_view<float>(from_pages.data(), kQueryHeads, kDim));
+        razorkv::decode_attention(
+            dense, layer, q, razorkv::matrix_view<float>(from_dense.data(), kQueryHeads, kDim));
+        EXPECT_EQ(from_pages, from_dense) << "layer " << layer;
+      }
+      razorkv::head_plan plan(razorkv::model_shape{kLayers, kQueryHeads, kKvHeads, kDim});
+      razorkv::razor_kv_cache<T> razor(plan, razorkv::razor_config{});
+      RAZORKV_EXPECT_ERROR(razor.compress_layer(0, paged), kInvalidArgument, "rows stored as q");
+    }
+  }
+}
+
+TEST(PagedView, BadQuantisedPoolsAreErrorsNamingTheArgument) {
+  using razorkv::quantised_page_pool_view;
+  using razorkv::row_format;
+  std::vector<std::uint8_t> memory(4 * 8 * 2 * 68);
+  RAZORKV_EXPECT_ERROR(quantised_page_pool_view::nhd(memory.data(), row_format::kQ8, 4, 8, 2, 48),
+                       kInvalidArgument, "which needs head_dim (48) a multiple of 32");
+  RAZORKV_EXPECT_ERROR(
+      quantised_page_pool_view::nhd(memory.data(), static_cast<row_format>(3), 4, 8, 2, 64),
+      kInvalidArgument, "storage.keys (3) is not q8 or q4");
+  RAZORKV_EXPECT_ERROR(
+      quantised_page_pool_view(memory.data(), row_format::kQ8, 4, 8, 2, 64, 1088, 60, 544),
+      kInvalidArgument, "token_stride (60) must be >= a row's 68 bytes");
+  RAZORKV_EXPECT_ERROR(quantised_page_pool_view::hnd(nullptr, row_format::kQ4, 4, 8, 2, 64),
+                       kInvalidArgument, "data is null");
+  const auto pool = quantised_page_pool_view::nhd(memory.data(), row_format::kQ8, 4, 8, 2, 64);
+  const quantised_page_pool_view pools[] = {pool};
+  const std::vector<std::int32_t> table = {2, 1};
+  const paged_kv_view<float> view(pools, pools, 1, table.data(), 2, 9, false);
+  EXPECT_TRUE(view.span(0, 1, 1).keys.is_quantised());
+  EXPECT_EQ(view.span(0, 1, 1).keys.quantised().data, memory.data() + 1 * 8 * 2 * 68 + 68);
+  RAZORKV_EXPECT_ERROR(pool.rows(4, 1, 0), kOutOfRange, "page (4)");
+  // Another shape than the key pools', and rotation a head_dim of 96 cannot have.
+  const auto other = quantised_page_pool_view::nhd(memory.data(), row_format::kQ8, 4, 4, 2, 64);
+  const quantised_page_pool_view others[] = {other};
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(pools, others, 1, table.data(), 2, 9, false)),
+                       kShapeMismatch, "value_pools[0] has pages of 4 tokens");
+  const auto wide = quantised_page_pool_view::nhd(memory.data(), row_format::kQ8, 1, 8, 2, 96);
+  const quantised_page_pool_view wides[] = {wide};
+  const std::vector<std::int32_t> one = {0};
+  RAZORKV_EXPECT_ERROR((paged_kv_view<float>(wides, wides, 1, one.data(), 1, 8, true)),
+                       kInvalidArgument, "rotated_keys needs a power-of-two head_dim, not 96");
+}

@@ -1,9 +1,12 @@
 // razorkv/cache/paged_view.hpp: a read-only KV source over an engine's paged K/V memory (a page
-// pool per layer and a page table per sequence), which decode and compression read in place.
+// pool per layer, of rows of T or of 8-/4-bit blocks, and a page table per sequence), which
+// decode and compression read in place.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "razorkv/cache/kv_cache.hpp"
@@ -12,6 +15,9 @@
 #include "razorkv/core/tensor_view.hpp"
 #include "razorkv/detail/math.hpp"
 #include "razorkv/error.hpp"
+#include "razorkv/quant/hadamard.hpp"
+#include "razorkv/quant/row_blocks.hpp"
+#include "razorkv/quant/storage.hpp"
 
 RAZORKV_BEGIN_NAMESPACE
 
@@ -101,6 +107,105 @@ class page_pool_view {
   index_t page_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
 };
 
+/// One layer's K (or V) page pool of quantised rows (8-/4-bit blocks, quant/storage.hpp) in engine
+/// memory, as page_pool_view with strides in bytes: the row of (page p, token t, kv head h) starts
+/// at byte data() + p * page_stride + t * token_stride + h * head_stride and holds
+/// quantised_row_bytes(format, head_dim) bytes (llama.cpp's q8_0 / q4_0 rows). Never owns the pool.
+class quantised_page_pool_view {
+ public:
+  constexpr quantised_page_pool_view() noexcept = default;
+
+  /// Fully general checked constructor; prefer nhd() and hnd().
+  quantised_page_pool_view(const std::uint8_t* data, row_format format, index_t num_pages,
+                           index_t page_size, index_t num_kv_heads, index_t head_dim,
+                           index_t page_stride, index_t token_stride, index_t head_stride) {
+    constexpr const char* kWhere = "quantised_page_pool_view";
+    check_storage(kv_storage{format, std::nullopt, false}, head_dim, kWhere);
+    RAZORKV_CHECK(num_pages >= 0 && page_size > 0 && num_kv_heads > 0, kInvalidArgument, kWhere,
+                  ": num_pages (", num_pages, "), page_size (", page_size, ") and num_kv_heads (",
+                  num_kv_heads, ") must be >= 0, > 0 and > 0");
+    const index_t row = quantised_row_bytes(format, head_dim);
+    RAZORKV_CHECK(page_stride >= 0 && token_stride >= 0 && head_stride >= 0, kInvalidArgument,
+                  kWhere, ": strides must be >= 0, got page_stride (", page_stride,
+                  "), token_stride (", token_stride, ") and head_stride (", head_stride, ")");
+    RAZORKV_CHECK(page_size == 1 || token_stride >= row, kInvalidArgument, kWhere,
+                  ": token_stride (", token_stride, ") must be >= a row's ", row, " bytes");
+    RAZORKV_CHECK(num_kv_heads == 1 || head_stride >= row, kInvalidArgument, kWhere,
+                  ": head_stride (", head_stride, ") must be >= a row's ", row, " bytes");
+    RAZORKV_CHECK(num_pages == 0 || data != nullptr, kInvalidArgument, kWhere,
+                  ": data is null with num_pages (", num_pages, ") > 0");
+    data_ = data;
+    format_ = format;
+    num_pages_ = num_pages;
+    page_size_ = page_size;
+    num_kv_heads_ = num_kv_heads;
+    head_dim_ = head_dim;
+    page_stride_ = page_stride;
+    token_stride_ = token_stride;
+    head_stride_ = head_stride;
+  }
+
+  /// [num_pages, page_size, num_kv_heads] rows, contiguous.
+  static quantised_page_pool_view nhd(const std::uint8_t* data, row_format format,
+                                      index_t num_pages, index_t page_size, index_t num_kv_heads,
+                                      index_t head_dim) {
+    const index_t row = row_bytes(format, head_dim, "quantised_page_pool_view::nhd");
+    const index_t token = detail::checked_mul(num_kv_heads, row, "quantised_page_pool_view::nhd");
+    return quantised_page_pool_view(
+        data, format, num_pages, page_size, num_kv_heads, head_dim,
+        detail::checked_mul(page_size, token, "quantised_page_pool_view::nhd"), token, row);
+  }
+  /// [num_pages, num_kv_heads, page_size] rows, contiguous.
+  static quantised_page_pool_view hnd(const std::uint8_t* data, row_format format,
+                                      index_t num_pages, index_t page_size, index_t num_kv_heads,
+                                      index_t head_dim) {
+    const index_t row = row_bytes(format, head_dim, "quantised_page_pool_view::hnd");
+    const index_t head = detail::checked_mul(page_size, row, "quantised_page_pool_view::hnd");
+    return quantised_page_pool_view(
+        data, format, num_pages, page_size, num_kv_heads, head_dim,
+        detail::checked_mul(num_kv_heads, head, "quantised_page_pool_view::hnd"), row, head);
+  }
+
+  constexpr const std::uint8_t* data() const noexcept { return data_; }
+  constexpr row_format format() const noexcept { return format_; }
+  constexpr index_t num_pages() const noexcept { return num_pages_; }
+  constexpr index_t page_size() const noexcept { return page_size_; }
+  constexpr index_t num_kv_heads() const noexcept { return num_kv_heads_; }
+  constexpr index_t head_dim() const noexcept { return head_dim_; }
+  constexpr index_t page_stride() const noexcept { return page_stride_; }
+  constexpr index_t token_stride() const noexcept { return token_stride_; }
+  constexpr index_t head_stride() const noexcept { return head_stride_; }
+
+  /// Kv head `kv_head`'s rows of the first `tokens` tokens of page `page`.
+  quantised_rows rows(index_t page, index_t tokens, index_t kv_head) const {
+    RAZORKV_CHECK(page >= 0 && page < num_pages_, kOutOfRange,
+                  "quantised_page_pool_view::rows: page (", page, ") outside [0, ", num_pages_,
+                  ")");
+    RAZORKV_CHECK(tokens >= 0 && tokens <= page_size_, kOutOfRange,
+                  "quantised_page_pool_view::rows: tokens (", tokens, ") outside [0, ", page_size_,
+                  "]");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange,
+                  "quantised_page_pool_view::rows: kv_head (", kv_head, ") outside [0, ",
+                  num_kv_heads_, ")");
+    // A row stride of a whole row when the page holds one token (token_stride may be anything).
+    const index_t stride = tokens <= 1 ? quantised_row_bytes(format_, head_dim_) : token_stride_;
+    return quantised_rows{
+        tokens == 0 ? nullptr : data_ + page * page_stride_ + kv_head * head_stride_, tokens,
+        head_dim_, stride, format_};
+  }
+
+ private:
+  static index_t row_bytes(row_format format, index_t head_dim, const char* where) {
+    check_storage(kv_storage{format, std::nullopt, false}, head_dim, where);
+    return quantised_row_bytes(format, head_dim);
+  }
+
+  const std::uint8_t* data_ = nullptr;
+  row_format format_ = row_format::kQ8;
+  index_t num_pages_ = 0, page_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
+  index_t page_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
+};
+
 /// One sequence's K/V in an engine's paged memory, as a read-only KV source: the sequence's
 /// tokens fill the pages its page table lists, in order, every page full except the last.
 /// decode_attention reads it (one span per page), and razor_kv_cache::compress_layer compresses
@@ -110,6 +215,11 @@ class page_pool_view {
 /// Non-owning: the pool descriptors, the page table and the pages must outlive the view and its
 /// spans. The constructor checks every page index against every layer's pool, so a span never
 /// points outside a pool.
+///
+/// Either side's pools may hold quantised rows (quantised_page_pool_view: an engine's q8_0 or
+/// q4_0 pages); its spans then hand out quantised_rows, which decode reads in place, and
+/// `rotated_keys` says whether the engine stored its keys Walsh-Hadamard-rotated (see
+/// kv_span::rotated_keys).
 template <class T>
 class paged_kv_view {
   static_assert(is_storage_dtype_v<T>, "razorkv::paged_kv_view: unsupported storage dtype");
@@ -124,53 +234,33 @@ class paged_kv_view {
   paged_kv_view(const page_pool_view<const T>* key_pools,
                 const page_pool_view<const T>* value_pools, index_t num_layers,
                 const std::int32_t* page_table, index_t table_pages, index_t num_tokens)
-      : key_pools_(key_pools),
-        value_pools_(value_pools),
-        num_layers_(num_layers),
-        page_table_(page_table),
-        table_pages_(table_pages),
-        num_tokens_(num_tokens) {
-    constexpr const char* kWhere = "paged_kv_view";
-    RAZORKV_CHECK(num_layers > 0, kInvalidArgument, kWhere, ": num_layers (", num_layers,
-                  ") must be > 0");
-    RAZORKV_CHECK(key_pools != nullptr && value_pools != nullptr, kInvalidArgument, kWhere,
-                  ": key_pools and value_pools must not be null");
-    const page_pool_view<const T>& first = key_pools[0];
-    RAZORKV_CHECK(first.page_size() > 0, kInvalidArgument, kWhere,
-                  ": key_pools[0] is empty (a default-constructed page_pool_view)");
-    index_t usable_pages = first.num_pages();
-    for (index_t l = 0; l < num_layers; ++l) {
-      for (const page_pool_view<const T>* pool : {&key_pools[l], &value_pools[l]}) {
-        const char* name = pool == &key_pools[l] ? "key_pools" : "value_pools";
-        RAZORKV_CHECK(pool->page_size() == first.page_size() &&
-                          pool->num_kv_heads() == first.num_kv_heads() &&
-                          pool->head_dim() == first.head_dim(),
-                      kShapeMismatch, kWhere, ": ", name, "[", l, "] has pages of ",
-                      pool->page_size(), " tokens x ", pool->num_kv_heads(), " kv heads x ",
-                      pool->head_dim(), ", key_pools[0] of ", first.page_size(), " x ",
-                      first.num_kv_heads(), " x ", first.head_dim());
-        usable_pages = pool->num_pages() < usable_pages ? pool->num_pages() : usable_pages;
-      }
-    }
-    RAZORKV_CHECK(num_tokens >= 0, kInvalidArgument, kWhere, ": num_tokens (", num_tokens,
-                  ") must be >= 0");
-    const index_t needed = (num_tokens + first.page_size() - 1) / first.page_size();
-    RAZORKV_CHECK(table_pages == needed, kShapeMismatch, kWhere, ": table_pages (", table_pages,
-                  ") != the ", needed, " pages of ", first.page_size(), " tokens that num_tokens (",
-                  num_tokens, ") fills");
-    RAZORKV_CHECK(table_pages == 0 || page_table != nullptr, kInvalidArgument, kWhere,
-                  ": page_table is null with table_pages (", table_pages, ") > 0");
-    for (index_t i = 0; i < table_pages; ++i) {
-      RAZORKV_CHECK(page_table[i] >= 0 && page_table[i] < usable_pages, kOutOfRange, kWhere,
-                    ": page_table[", i, "] (", page_table[i], ") outside [0, ", usable_pages,
-                    "), the pages every layer's pools hold");
-    }
-  }
+      : paged_kv_view(pools{key_pools, nullptr}, pools{value_pools, nullptr}, num_layers,
+                      page_table, table_pages, num_tokens, false) {}
+  /// The same with quantised rows on one side or both; rotated_keys (no default, so that a null
+  /// pool argument still picks the constructor above) as the engine stored its keys.
+  paged_kv_view(const quantised_page_pool_view* key_pools,
+                const page_pool_view<const T>* value_pools, index_t num_layers,
+                const std::int32_t* page_table, index_t table_pages, index_t num_tokens,
+                bool rotated_keys)
+      : paged_kv_view(pools{nullptr, key_pools}, pools{value_pools, nullptr}, num_layers,
+                      page_table, table_pages, num_tokens, rotated_keys) {}
+  paged_kv_view(const quantised_page_pool_view* key_pools,
+                const quantised_page_pool_view* value_pools, index_t num_layers,
+                const std::int32_t* page_table, index_t table_pages, index_t num_tokens,
+                bool rotated_keys)
+      : paged_kv_view(pools{nullptr, key_pools}, pools{nullptr, value_pools}, num_layers,
+                      page_table, table_pages, num_tokens, rotated_keys) {}
+  paged_kv_view(const page_pool_view<const T>* key_pools,
+                const quantised_page_pool_view* value_pools, index_t num_layers,
+                const std::int32_t* page_table, index_t table_pages, index_t num_tokens,
+                bool rotated_keys)
+      : paged_kv_view(pools{key_pools, nullptr}, pools{nullptr, value_pools}, num_layers,
+                      page_table, table_pages, num_tokens, rotated_keys) {}
 
   index_t num_layers() const noexcept { return num_layers_; }
-  index_t num_kv_heads() const noexcept { return key_pools_[0].num_kv_heads(); }
-  index_t head_dim() const noexcept { return key_pools_[0].head_dim(); }
-  index_t page_size() const noexcept { return key_pools_[0].page_size(); }
+  index_t num_kv_heads() const noexcept { return num_kv_heads_; }
+  index_t head_dim() const noexcept { return head_dim_; }
+  index_t page_size() const noexcept { return page_size_; }
   index_t num_tokens() const noexcept { return num_tokens_; }
 
   /// The contract: one span per page of the table.
@@ -184,11 +274,90 @@ class paged_kv_view {
     RAZORKV_CHECK(i >= 0 && i < table_pages_, kOutOfRange, kWhere, ": span (", i, ") outside [0, ",
                   table_pages_, ")");
     const index_t tokens = i + 1 < table_pages_ ? page_size() : num_tokens_ - i * page_size();
-    return {key_pools_[layer].page(page_table_[i], tokens).head(kv_head),
-            value_pools_[layer].page(page_table_[i], tokens).head(kv_head), 0.0f};
+    return {keys_.rows(layer, page_table_[i], tokens, kv_head),
+            values_.rows(layer, page_table_[i], tokens, kv_head), 0.0f, rotated_keys_};
   }
 
  private:
+  // One side's pools: rows of T, or quantised rows (exactly one is set).
+  struct pools {
+    const page_pool_view<const T>* typed;
+    const quantised_page_pool_view* quantised;
+
+    bool is_null() const noexcept { return typed == nullptr && quantised == nullptr; }
+    template <class F>
+    void for_layer(index_t l, F&& f) const {
+      if (typed != nullptr) {
+        f(typed[l]);
+      } else {
+        f(quantised[l]);
+      }
+    }
+    kv_rows<T> rows(index_t layer, index_t page, index_t tokens, index_t kv_head) const {
+      if (typed != nullptr) return typed[layer].page(page, tokens).head(kv_head);
+      return kv_rows<T>(quantised[layer].rows(page, tokens, kv_head));
+    }
+  };
+
+  paged_kv_view(pools keys, pools values, index_t num_layers, const std::int32_t* page_table,
+                index_t table_pages, index_t num_tokens, bool rotated_keys)
+      : keys_(keys),
+        values_(values),
+        num_layers_(num_layers),
+        page_table_(page_table),
+        table_pages_(table_pages),
+        num_tokens_(num_tokens),
+        rotated_keys_(rotated_keys) {
+    constexpr const char* kWhere = "paged_kv_view";
+    RAZORKV_CHECK(num_layers > 0, kInvalidArgument, kWhere, ": num_layers (", num_layers,
+                  ") must be > 0");
+    RAZORKV_CHECK(!keys.is_null() && !values.is_null(), kInvalidArgument, kWhere,
+                  ": key_pools and value_pools must not be null");
+    keys.for_layer(0, [&](const auto& first) {
+      page_size_ = first.page_size();
+      num_kv_heads_ = first.num_kv_heads();
+      head_dim_ = first.head_dim();
+    });
+    RAZORKV_CHECK(page_size_ > 0, kInvalidArgument, kWhere,
+                  ": key_pools[0] is empty (a default-constructed page_pool_view)");
+    RAZORKV_CHECK(!rotated_keys || is_power_of_two(head_dim_), kInvalidArgument, kWhere,
+                  ": rotated_keys needs a power-of-two head_dim, not ", head_dim_);
+    index_t usable_pages = std::numeric_limits<index_t>::max();
+    for (index_t l = 0; l < num_layers; ++l) {
+      for (const pools* side : {&keys, &values}) {
+        const char* name = side == &keys ? "key_pools" : "value_pools";
+        side->for_layer(l, [&](const auto& pool) {
+          RAZORKV_CHECK(pool.page_size() == page_size_ && pool.num_kv_heads() == num_kv_heads_ &&
+                            pool.head_dim() == head_dim_,
+                        kShapeMismatch, kWhere, ": ", name, "[", l, "] has pages of ",
+                        pool.page_size(), " tokens x ", pool.num_kv_heads(), " kv heads x ",
+                        pool.head_dim(), ", key_pools[0] of ", page_size_, " x ", num_kv_heads_,
+                        " x ", head_dim_);
+          usable_pages = pool.num_pages() < usable_pages ? pool.num_pages() : usable_pages;
+        });
+      }
+    }
+    check_table(usable_pages);
+  }
+  void check_table(index_t usable_pages) const {
+    constexpr const char* kWhere = "paged_kv_view";
+    const index_t num_tokens = num_tokens_, table_pages = table_pages_;
+    const std::int32_t* page_table = page_table_;
+    RAZORKV_CHECK(num_tokens >= 0, kInvalidArgument, kWhere, ": num_tokens (", num_tokens,
+                  ") must be >= 0");
+    const index_t needed = (num_tokens + page_size_ - 1) / page_size_;
+    RAZORKV_CHECK(table_pages == needed, kShapeMismatch, kWhere, ": table_pages (", table_pages,
+                  ") != the ", needed, " pages of ", page_size_, " tokens that num_tokens (",
+                  num_tokens, ") fills");
+    RAZORKV_CHECK(table_pages == 0 || page_table != nullptr, kInvalidArgument, kWhere,
+                  ": page_table is null with table_pages (", table_pages, ") > 0");
+    for (index_t i = 0; i < table_pages; ++i) {
+      RAZORKV_CHECK(page_table[i] >= 0 && page_table[i] < usable_pages, kOutOfRange, kWhere,
+                    ": page_table[", i, "] (", page_table[i], ") outside [0, ", usable_pages,
+                    "), the pages every layer's pools hold");
+    }
+  }
+
   void check(index_t layer, index_t kv_head, const char* where) const {
     RAZORKV_CHECK(layer >= 0 && layer < num_layers_, kOutOfRange, where, ": layer (", layer,
                   ") outside [0, ", num_layers_, ")");
@@ -196,12 +365,13 @@ class paged_kv_view {
                   kv_head, ") outside [0, ", num_kv_heads(), ")");
   }
 
-  const page_pool_view<const T>* key_pools_;    // [num_layers]
-  const page_pool_view<const T>* value_pools_;  // [num_layers]
+  pools keys_, values_;  // [num_layers] pools each
   index_t num_layers_;
   const std::int32_t* page_table_;  // [table_pages]
   index_t table_pages_;
   index_t num_tokens_;
+  bool rotated_keys_;
+  index_t page_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;  // of every pool
 };
 
 static_assert(is_kv_source_v<paged_kv_view<float>> && !is_kv_cache_v<paged_kv_view<float>>,
