@@ -146,6 +146,32 @@ TEST(QuantRowBlocks, BadInputIsAnErrorNamingItAndWritesNothing) {
   EXPECT_THROW(razorkv::quantised_row_bytes(static_cast<row_format>(7), 64), razorkv::error);
 }
 
+// The float transform (radix-4 first passes, vector lanes after) against the textbook
+// butterflies pass by pass: the same additions in the same order, so the same bits.
+TEST(QuantHadamard, FloatPassesEqualThePlainButterfliesBitForBit) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0, 1);
+  for (index_t n = 1; n <= 512; n *= 2) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& v : x) v = normal(rng);
+    std::vector<float> want = x;
+    for (index_t half = 1; half < n; half *= 2) {
+      for (index_t start = 0; start < n; start += 2 * half) {
+        for (index_t i = start; i < start + half; ++i) {
+          const float a = want[static_cast<std::size_t>(i)];
+          const float b = want[static_cast<std::size_t>(i + half)];
+          want[static_cast<std::size_t>(i)] = a + b;
+          want[static_cast<std::size_t>(i + half)] = a - b;
+        }
+      }
+    }
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+    for (float& v : want) v *= scale;
+    razorkv::hadamard_rotate(x.data(), n);
+    EXPECT_EQ(x, want) << "n " << n;
+  }
+}
+
 TEST(QuantHadamard, IsTheOrthonormalSylvesterMatrix) {
   std::mt19937 rng(5);
   std::normal_distribution<double> normal(0, 1);

@@ -269,11 +269,16 @@ layer_view<const T> rotated_keys(const layer_view<const T>& keys, std::vector<T>
   std::vector<R> row(static_cast<std::size_t>(dim));
   for (index_t t = 0; t < tokens; ++t) {
     for (index_t h = 0; h < heads; ++h) {
-      const T* src = keys.token(t).row(h);
-      for (index_t c = 0; c < dim; ++c) row[static_cast<std::size_t>(c)] = static_cast<R>(src[c]);
-      hadamard_rotate(row.data(), dim);
+      const T* src = keys.data() + t * keys.token_stride() + h * keys.head_stride();
       T* dst = buffer.data() + (t * heads + h) * dim;
-      for (index_t c = 0; c < dim; ++c) dst[c] = static_cast<T>(row[static_cast<std::size_t>(c)]);
+      if constexpr (std::is_same_v<T, R>) {  // rotated where it is stored
+        std::copy(src, src + dim, dst);
+        hadamard_rotate(dst, dim);
+      } else {
+        for (index_t c = 0; c < dim; ++c) row[static_cast<std::size_t>(c)] = static_cast<R>(src[c]);
+        hadamard_rotate(row.data(), dim);
+        for (index_t c = 0; c < dim; ++c) dst[c] = static_cast<T>(row[static_cast<std::size_t>(c)]);
+      }
     }
   }
   return layer_view<const T>::nhd(buffer.data(), tokens, heads, dim);
