@@ -2,6 +2,7 @@
 // read-only source, and a cache (a source that also appends); C++17 traits and C++20 concepts.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -11,7 +12,9 @@
 
 #include "razorkv/config.hpp"
 #include "razorkv/core/dtype.hpp"
+#include "razorkv/core/parallel_for.hpp"
 #include "razorkv/core/tensor_view.hpp"
+#include "razorkv/detail/parallel.hpp"
 #include "razorkv/error.hpp"
 #include "razorkv/quant/hadamard.hpp"
 #include "razorkv/quant/row_blocks.hpp"
@@ -260,27 +263,36 @@ void check_token_views(const layer_view<const T>& keys, const layer_view<const T
 
 // The keys of new tokens rotated by the Walsh-Hadamard transform (kv_storage::rotate_keys), as
 // [tokens, heads, head_dim] NHD in `buffer`: what a cache that stores rotated keys takes in. The
-// rotation runs in float (double for double rows).
+// rotation runs in float (double for double rows), in tasks of kRotateTokens tokens across
+// `parallel_for` (or razorkv's fan-out; a prompt's keys are tens of millions of values).
+inline constexpr index_t kRotateTokens = 1024;
 template <class T>
-layer_view<const T> rotated_keys(const layer_view<const T>& keys, std::vector<T>& buffer) {
+layer_view<const T> rotated_keys(const layer_view<const T>& keys, std::vector<T>& buffer,
+                                 const parallel_for_fn& parallel_for = {}) {
   using R = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const index_t tokens = keys.tokens(), heads = keys.heads(), dim = keys.head_dim();
   buffer.resize(static_cast<std::size_t>(tokens * heads * dim));
-  std::vector<R> row(static_cast<std::size_t>(dim));
-  for (index_t t = 0; t < tokens; ++t) {
-    for (index_t h = 0; h < heads; ++h) {
-      const T* src = keys.data() + t * keys.token_stride() + h * keys.head_stride();
-      T* dst = buffer.data() + (t * heads + h) * dim;
-      if constexpr (std::is_same_v<T, R>) {  // rotated where it is stored
-        std::copy(src, src + dim, dst);
-        hadamard_rotate(dst, dim);
-      } else {
-        for (index_t c = 0; c < dim; ++c) row[static_cast<std::size_t>(c)] = static_cast<R>(src[c]);
-        hadamard_rotate(row.data(), dim);
-        for (index_t c = 0; c < dim; ++c) dst[c] = static_cast<T>(row[static_cast<std::size_t>(c)]);
+  const index_t tasks = (tokens + kRotateTokens - 1) / kRotateTokens;
+  run_parallel(parallel_for, tasks, [&](index_t task) {
+    std::vector<R> row(std::is_same_v<T, R> ? 0 : static_cast<std::size_t>(dim));
+    const index_t end = std::min(tokens, (task + 1) * kRotateTokens);
+    for (index_t t = task * kRotateTokens; t < end; ++t) {
+      for (index_t h = 0; h < heads; ++h) {
+        const T* src = keys.data() + t * keys.token_stride() + h * keys.head_stride();
+        T* dst = buffer.data() + (t * heads + h) * dim;
+        if constexpr (std::is_same_v<T, R>) {  // rotated where it is stored
+          std::copy(src, src + dim, dst);
+          hadamard_rotate(dst, dim);
+        } else {
+          for (index_t c = 0; c < dim; ++c)
+            row[static_cast<std::size_t>(c)] = static_cast<R>(src[c]);
+          hadamard_rotate(row.data(), dim);
+          for (index_t c = 0; c < dim; ++c)
+            dst[c] = static_cast<T>(row[static_cast<std::size_t>(c)]);
+        }
       }
     }
-  }
+  });
   return layer_view<const T>::nhd(buffer.data(), tokens, heads, dim);
 }
 

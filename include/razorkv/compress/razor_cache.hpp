@@ -168,7 +168,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     constexpr const char* kWhere = "razor_kv_cache::compress_layer";
     detail::check_token_views(keys, values, num_kv_heads(), head_dim(), kWhere);
     std::vector<T> rotated;
-    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated);
+    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated, parallel_for);
     std::vector<token_pieces> heads(static_cast<std::size_t>(num_kv_heads()));
     for (index_t h = 0; h < num_kv_heads(); ++h) {
       heads[static_cast<std::size_t>(h)].keys.push_back(keys.head(h));
@@ -230,7 +230,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
           rotated.emplace_back();
           piece = detail::rotated_keys(layer_view<const T>::nhd(piece.data(), piece.rows(), 1,
                                                                 piece.cols(), piece.row_stride()),
-                                       rotated.back())
+                                       rotated.back(), parallel_for)
                       .head(0);
         }
       }
@@ -265,7 +265,7 @@ class razor_kv_cache : public detail::compressed_cache_skeleton<detail::razor_he
     if (added == 0) return;
     if (config_.check_finite) check_tokens_finite(keys, values, layer, l.tokens, kWhere);
     std::vector<T> rotated;
-    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated);
+    if (rotated_keys()) keys = detail::rotated_keys(keys, rotated, parallel_for);
     const index_t total = detail::checked_add(l.tokens, added, kWhere);
     const razor_budget budget = config_.budget();
     const detail::column_sums_fn<T> sum_columns = detail::column_sums_kernel<T>();  // may throw
