@@ -350,7 +350,7 @@ TEST(PagedView, BadQuantisedPoolsAreErrorsNamingTheArgument) {
       kInvalidArgument, "storage.keys (3) is not q8 or q4");
   RAZORKV_EXPECT_ERROR(
       quantised_page_pool_view(memory.data(), row_format::kQ8, 4, 8, 2, 64, 1088, 60, 544),
-      kInvalidArgument, "token_stride (60) must be >= a row's 68 bytes");
+      kInvalidArgument, "token_stride (60) must be >= a row's bytes (68)");
   RAZORKV_EXPECT_ERROR(quantised_page_pool_view::hnd(nullptr, row_format::kQ4, 4, 8, 2, 64),
                        kInvalidArgument, "data is null");
   const auto pool = quantised_page_pool_view::nhd(memory.data(), row_format::kQ8, 4, 8, 2, 64);

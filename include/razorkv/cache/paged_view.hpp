@@ -21,180 +21,183 @@
 
 RAZORKV_BEGIN_NAMESPACE
 
+namespace detail {
+
+// What every page pool shares: page p holds page_size tokens of every kv head, and the row of
+// (p, t, h) starts p * page_stride + t * token_stride + h * head_stride units into the pool
+// (elements of a pool of T, bytes of a pool of quantised rows, each row `row_extent` units).
+// Checked on construction: counts, strides that keep rows apart, data where there are pages.
+class page_pool_layout {
+ public:
+  constexpr index_t num_pages() const noexcept { return num_pages_; }
+  constexpr index_t page_size() const noexcept { return page_size_; }
+  constexpr index_t num_kv_heads() const noexcept { return num_kv_heads_; }
+  constexpr index_t head_dim() const noexcept { return head_dim_; }
+  constexpr index_t page_stride() const noexcept { return page_stride_; }
+  constexpr index_t token_stride() const noexcept { return token_stride_; }
+  constexpr index_t head_stride() const noexcept { return head_stride_; }
+
+ protected:
+  constexpr page_pool_layout() noexcept = default;
+  // `row_name` names the row's extent in messages ("head_dim", "a row's bytes").
+  page_pool_layout(const char* where, const void* data, index_t num_pages, index_t page_size,
+                   index_t num_kv_heads, index_t head_dim, index_t row_extent, const char* row_name,
+                   index_t page_stride, index_t token_stride, index_t head_stride) {
+    RAZORKV_CHECK(num_pages >= 0, kInvalidArgument, where, ": num_pages (", num_pages,
+                  ") must be >= 0");
+    RAZORKV_CHECK(page_size > 0, kInvalidArgument, where, ": page_size (", page_size,
+                  ") must be > 0");
+    RAZORKV_CHECK(num_kv_heads > 0, kInvalidArgument, where, ": num_kv_heads (", num_kv_heads,
+                  ") must be > 0");
+    RAZORKV_CHECK(head_dim > 0, kInvalidArgument, where, ": head_dim (", head_dim, ") must be > 0");
+    RAZORKV_CHECK(page_stride >= 0 && token_stride >= 0 && head_stride >= 0, kInvalidArgument,
+                  where, ": strides must be >= 0, got page_stride (", page_stride,
+                  "), token_stride (", token_stride, ") and head_stride (", head_stride, ")");
+    // The same bounds layer_view puts on one page; a page's extent then bounds page_stride.
+    RAZORKV_CHECK(page_size == 1 || token_stride >= row_extent, kInvalidArgument, where,
+                  ": token_stride (", token_stride, ") must be >= ", row_name, " (", row_extent,
+                  ")");
+    RAZORKV_CHECK(num_kv_heads == 1 || head_stride >= row_extent, kInvalidArgument, where,
+                  ": head_stride (", head_stride, ") must be >= ", row_name, " (", row_extent, ")");
+    RAZORKV_CHECK(num_pages == 0 || data != nullptr, kInvalidArgument, where,
+                  ": data is null with num_pages (", num_pages, ") > 0");
+    num_pages_ = num_pages;
+    page_size_ = page_size;
+    num_kv_heads_ = num_kv_heads;
+    head_dim_ = head_dim;
+    page_stride_ = page_stride;
+    token_stride_ = token_stride;
+    head_stride_ = head_stride;
+  }
+
+  // Page, token and head strides of contiguous NHD ([num_pages, page_size, num_kv_heads] rows)
+  // or HND ([num_pages, num_kv_heads, page_size] rows) pages of rows `row_extent` units long.
+  struct strides {
+    index_t page, token, head;
+  };
+  static strides contiguous(bool hnd, index_t page_size, index_t num_kv_heads, index_t row_extent,
+                            const char* where) {
+    const index_t page =
+        checked_mul(checked_mul(page_size, num_kv_heads, where), row_extent, where);
+    if (hnd) return {page, row_extent, page_size * row_extent};
+    return {page, num_kv_heads * row_extent, row_extent};
+  }
+
+ private:
+  index_t num_pages_ = 0, page_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
+  index_t page_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
+};
+
+}  // namespace detail
+
 /// One layer's K (or V) page pool in engine memory: page p holds page_size tokens of every kv
 /// head, element (p, t, h, d) at data()[p * page_stride + t * token_stride + h * head_stride + d].
 /// NHD pages ([num_pages, page_size, kv_heads, head_dim], the layout of vLLM and FlashInfer's
 /// default) and HND pages ([num_pages, kv_heads, page_size, head_dim]) are this view with other
 /// strides (nhd(), hnd()). Strides are in elements. The view never owns the pool.
 template <class T>
-class page_pool_view {
+class page_pool_view : public detail::page_pool_layout {
  public:
   constexpr page_pool_view() noexcept = default;
 
   /// Fully general checked constructor; prefer nhd() and hnd().
   page_pool_view(T* data, index_t num_pages, index_t page_size, index_t num_kv_heads,
-                 index_t head_dim, index_t page_stride, index_t token_stride, index_t head_stride) {
-    constexpr const char* kWhere = "page_pool_view";
-    RAZORKV_CHECK(num_pages >= 0, kInvalidArgument, kWhere, ": num_pages (", num_pages,
-                  ") must be >= 0");
-    RAZORKV_CHECK(page_size > 0, kInvalidArgument, kWhere, ": page_size (", page_size,
-                  ") must be > 0");
-    RAZORKV_CHECK(num_kv_heads > 0, kInvalidArgument, kWhere, ": num_kv_heads (", num_kv_heads,
-                  ") must be > 0");
-    RAZORKV_CHECK(head_dim > 0, kInvalidArgument, kWhere, ": head_dim (", head_dim,
-                  ") must be > 0");
-    RAZORKV_CHECK(page_stride >= 0 && token_stride >= 0 && head_stride >= 0, kInvalidArgument,
-                  kWhere, ": strides must be >= 0, got page_stride (", page_stride,
-                  "), token_stride (", token_stride, ") and head_stride (", head_stride, ")");
-    // The same bounds layer_view puts on one page; a page's extent then bounds page_stride.
-    RAZORKV_CHECK(page_size == 1 || token_stride >= head_dim, kInvalidArgument, kWhere,
-                  ": token_stride (", token_stride, ") must be >= head_dim (", head_dim, ")");
-    RAZORKV_CHECK(num_kv_heads == 1 || head_stride >= head_dim, kInvalidArgument, kWhere,
-                  ": head_stride (", head_stride, ") must be >= head_dim (", head_dim, ")");
-    RAZORKV_CHECK(num_pages == 0 || data != nullptr, kInvalidArgument, kWhere,
-                  ": data is null with num_pages (", num_pages, ") > 0");
-    data_ = data;
-    num_pages_ = num_pages;
-    page_size_ = page_size;
-    num_kv_heads_ = num_kv_heads;
-    head_dim_ = head_dim;
-    page_stride_ = page_stride;
-    token_stride_ = token_stride;
-    head_stride_ = head_stride;
-  }
+                 index_t head_dim, index_t page_stride, index_t token_stride, index_t head_stride)
+      : page_pool_layout("page_pool_view", data, num_pages, page_size, num_kv_heads, head_dim,
+                         head_dim, "head_dim", page_stride, token_stride, head_stride),
+        data_(data) {}
 
   /// [num_pages, page_size, num_kv_heads, head_dim], contiguous.
   static page_pool_view nhd(T* data, index_t num_pages, index_t page_size, index_t num_kv_heads,
                             index_t head_dim) {
-    const index_t page =
-        detail::checked_mul(detail::checked_mul(page_size, num_kv_heads, "page_pool_view::nhd"),
-                            head_dim, "page_pool_view::nhd");
-    return page_pool_view(data, num_pages, page_size, num_kv_heads, head_dim, page,
-                          num_kv_heads * head_dim, head_dim);
+    const strides s = contiguous(false, page_size, num_kv_heads, head_dim, "page_pool_view::nhd");
+    return page_pool_view(data, num_pages, page_size, num_kv_heads, head_dim, s.page, s.token,
+                          s.head);
   }
   /// [num_pages, num_kv_heads, page_size, head_dim], contiguous.
   static page_pool_view hnd(T* data, index_t num_pages, index_t page_size, index_t num_kv_heads,
                             index_t head_dim) {
-    const index_t page =
-        detail::checked_mul(detail::checked_mul(page_size, num_kv_heads, "page_pool_view::hnd"),
-                            head_dim, "page_pool_view::hnd");
-    return page_pool_view(data, num_pages, page_size, num_kv_heads, head_dim, page, head_dim,
-                          page_size * head_dim);
+    const strides s = contiguous(true, page_size, num_kv_heads, head_dim, "page_pool_view::hnd");
+    return page_pool_view(data, num_pages, page_size, num_kv_heads, head_dim, s.page, s.token,
+                          s.head);
   }
 
   constexpr T* data() const noexcept { return data_; }
-  constexpr index_t num_pages() const noexcept { return num_pages_; }
-  constexpr index_t page_size() const noexcept { return page_size_; }
-  constexpr index_t num_kv_heads() const noexcept { return num_kv_heads_; }
-  constexpr index_t head_dim() const noexcept { return head_dim_; }
-  constexpr index_t page_stride() const noexcept { return page_stride_; }
-  constexpr index_t token_stride() const noexcept { return token_stride_; }
-  constexpr index_t head_stride() const noexcept { return head_stride_; }
 
   /// The first `tokens` tokens of page `page` ([tokens, num_kv_heads, head_dim]).
   layer_view<T> page(index_t page, index_t tokens) const {
-    RAZORKV_CHECK(page >= 0 && page < num_pages_, kOutOfRange, "page_pool_view::page: page (", page,
-                  ") outside [0, ", num_pages_, ")");
-    RAZORKV_CHECK(tokens >= 0 && tokens <= page_size_, kOutOfRange,
-                  "page_pool_view::page: tokens (", tokens, ") outside [0, ", page_size_, "]");
-    return layer_view<T>(tokens == 0 ? nullptr : data_ + page * page_stride_, tokens, num_kv_heads_,
-                         head_dim_, token_stride_, head_stride_);
+    RAZORKV_CHECK(page >= 0 && page < num_pages(), kOutOfRange, "page_pool_view::page: page (",
+                  page, ") outside [0, ", num_pages(), ")");
+    RAZORKV_CHECK(tokens >= 0 && tokens <= page_size(), kOutOfRange,
+                  "page_pool_view::page: tokens (", tokens, ") outside [0, ", page_size(), "]");
+    return layer_view<T>(tokens == 0 ? nullptr : data_ + page * page_stride(), tokens,
+                         num_kv_heads(), head_dim(), token_stride(), head_stride());
   }
 
  private:
   T* data_ = nullptr;
-  index_t num_pages_ = 0, page_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
-  index_t page_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
 };
 
 /// One layer's K (or V) page pool of quantised rows (8-/4-bit blocks, quant/storage.hpp) in engine
 /// memory, as page_pool_view with strides in bytes: the row of (page p, token t, kv head h) starts
 /// at byte data() + p * page_stride + t * token_stride + h * head_stride and holds
 /// quantised_row_bytes(format, head_dim) bytes (llama.cpp's q8_0 / q4_0 rows). Never owns the pool.
-class quantised_page_pool_view {
+class quantised_page_pool_view : public detail::page_pool_layout {
  public:
   constexpr quantised_page_pool_view() noexcept = default;
 
   /// Fully general checked constructor; prefer nhd() and hnd().
   quantised_page_pool_view(const std::uint8_t* data, row_format format, index_t num_pages,
                            index_t page_size, index_t num_kv_heads, index_t head_dim,
-                           index_t page_stride, index_t token_stride, index_t head_stride) {
-    constexpr const char* kWhere = "quantised_page_pool_view";
-    check_storage(kv_storage{format, std::nullopt, false}, head_dim, kWhere);
-    RAZORKV_CHECK(num_pages >= 0 && page_size > 0 && num_kv_heads > 0, kInvalidArgument, kWhere,
-                  ": num_pages (", num_pages, "), page_size (", page_size, ") and num_kv_heads (",
-                  num_kv_heads, ") must be >= 0, > 0 and > 0");
-    const index_t row = quantised_row_bytes(format, head_dim);
-    RAZORKV_CHECK(page_stride >= 0 && token_stride >= 0 && head_stride >= 0, kInvalidArgument,
-                  kWhere, ": strides must be >= 0, got page_stride (", page_stride,
-                  "), token_stride (", token_stride, ") and head_stride (", head_stride, ")");
-    RAZORKV_CHECK(page_size == 1 || token_stride >= row, kInvalidArgument, kWhere,
-                  ": token_stride (", token_stride, ") must be >= a row's ", row, " bytes");
-    RAZORKV_CHECK(num_kv_heads == 1 || head_stride >= row, kInvalidArgument, kWhere,
-                  ": head_stride (", head_stride, ") must be >= a row's ", row, " bytes");
-    RAZORKV_CHECK(num_pages == 0 || data != nullptr, kInvalidArgument, kWhere,
-                  ": data is null with num_pages (", num_pages, ") > 0");
-    data_ = data;
-    format_ = format;
-    num_pages_ = num_pages;
-    page_size_ = page_size;
-    num_kv_heads_ = num_kv_heads;
-    head_dim_ = head_dim;
-    page_stride_ = page_stride;
-    token_stride_ = token_stride;
-    head_stride_ = head_stride;
-  }
+                           index_t page_stride, index_t token_stride, index_t head_stride)
+      : page_pool_layout("quantised_page_pool_view", data, num_pages, page_size, num_kv_heads,
+                         head_dim, row_bytes(format, head_dim, "quantised_page_pool_view"),
+                         "a row's bytes", page_stride, token_stride, head_stride),
+        data_(data),
+        format_(format) {}
 
   /// [num_pages, page_size, num_kv_heads] rows, contiguous.
   static quantised_page_pool_view nhd(const std::uint8_t* data, row_format format,
                                       index_t num_pages, index_t page_size, index_t num_kv_heads,
                                       index_t head_dim) {
-    const index_t row = row_bytes(format, head_dim, "quantised_page_pool_view::nhd");
-    const index_t token = detail::checked_mul(num_kv_heads, row, "quantised_page_pool_view::nhd");
-    return quantised_page_pool_view(
-        data, format, num_pages, page_size, num_kv_heads, head_dim,
-        detail::checked_mul(page_size, token, "quantised_page_pool_view::nhd"), token, row);
+    constexpr const char* kWhere = "quantised_page_pool_view::nhd";
+    const strides s =
+        contiguous(false, page_size, num_kv_heads, row_bytes(format, head_dim, kWhere), kWhere);
+    return quantised_page_pool_view(data, format, num_pages, page_size, num_kv_heads, head_dim,
+                                    s.page, s.token, s.head);
   }
   /// [num_pages, num_kv_heads, page_size] rows, contiguous.
   static quantised_page_pool_view hnd(const std::uint8_t* data, row_format format,
                                       index_t num_pages, index_t page_size, index_t num_kv_heads,
                                       index_t head_dim) {
-    const index_t row = row_bytes(format, head_dim, "quantised_page_pool_view::hnd");
-    const index_t head = detail::checked_mul(page_size, row, "quantised_page_pool_view::hnd");
-    return quantised_page_pool_view(
-        data, format, num_pages, page_size, num_kv_heads, head_dim,
-        detail::checked_mul(num_kv_heads, head, "quantised_page_pool_view::hnd"), row, head);
+    constexpr const char* kWhere = "quantised_page_pool_view::hnd";
+    const strides s =
+        contiguous(true, page_size, num_kv_heads, row_bytes(format, head_dim, kWhere), kWhere);
+    return quantised_page_pool_view(data, format, num_pages, page_size, num_kv_heads, head_dim,
+                                    s.page, s.token, s.head);
   }
 
   constexpr const std::uint8_t* data() const noexcept { return data_; }
   constexpr row_format format() const noexcept { return format_; }
-  constexpr index_t num_pages() const noexcept { return num_pages_; }
-  constexpr index_t page_size() const noexcept { return page_size_; }
-  constexpr index_t num_kv_heads() const noexcept { return num_kv_heads_; }
-  constexpr index_t head_dim() const noexcept { return head_dim_; }
-  constexpr index_t page_stride() const noexcept { return page_stride_; }
-  constexpr index_t token_stride() const noexcept { return token_stride_; }
-  constexpr index_t head_stride() const noexcept { return head_stride_; }
 
   /// Kv head `kv_head`'s rows of the first `tokens` tokens of page `page`.
   quantised_rows rows(index_t page, index_t tokens, index_t kv_head) const {
-    RAZORKV_CHECK(page >= 0 && page < num_pages_, kOutOfRange,
-                  "quantised_page_pool_view::rows: page (", page, ") outside [0, ", num_pages_,
-                  ")");
-    RAZORKV_CHECK(tokens >= 0 && tokens <= page_size_, kOutOfRange,
-                  "quantised_page_pool_view::rows: tokens (", tokens, ") outside [0, ", page_size_,
-                  "]");
-    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads_, kOutOfRange,
-                  "quantised_page_pool_view::rows: kv_head (", kv_head, ") outside [0, ",
-                  num_kv_heads_, ")");
+    constexpr const char* kWhere = "quantised_page_pool_view::rows";
+    RAZORKV_CHECK(page >= 0 && page < num_pages(), kOutOfRange, kWhere, ": page (", page,
+                  ") outside [0, ", num_pages(), ")");
+    RAZORKV_CHECK(tokens >= 0 && tokens <= page_size(), kOutOfRange, kWhere, ": tokens (", tokens,
+                  ") outside [0, ", page_size(), "]");
+    RAZORKV_CHECK(kv_head >= 0 && kv_head < num_kv_heads(), kOutOfRange, kWhere, ": kv_head (",
+                  kv_head, ") outside [0, ", num_kv_heads(), ")");
     // A row stride of a whole row when the page holds one token (token_stride may be anything).
-    const index_t stride = tokens <= 1 ? quantised_row_bytes(format_, head_dim_) : token_stride_;
+    const index_t stride = tokens <= 1 ? quantised_row_bytes(format_, head_dim()) : token_stride();
     return quantised_rows{
-        tokens == 0 ? nullptr : data_ + page * page_stride_ + kv_head * head_stride_, tokens,
-        head_dim_, stride, format_};
+        tokens == 0 ? nullptr : data_ + page * page_stride() + kv_head * head_stride(), tokens,
+        head_dim(), stride, format_};
   }
 
  private:
+  // The bytes of one row, after the checks that make them defined (a format, a head_dim).
   static index_t row_bytes(row_format format, index_t head_dim, const char* where) {
     check_storage(kv_storage{format, std::nullopt, false}, head_dim, where);
     return quantised_row_bytes(format, head_dim);
@@ -202,8 +205,6 @@ class quantised_page_pool_view {
 
   const std::uint8_t* data_ = nullptr;
   row_format format_ = row_format::kQ8;
-  index_t num_pages_ = 0, page_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
-  index_t page_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
 };
 
 /// One sequence's K/V in an engine's paged memory, as a read-only KV source: the sequence's
